@@ -1,0 +1,73 @@
+"""The catalogs in operations/: which sparse GEMM configurations exist, per family."""
+from __future__ import annotations
+
+import functools
+import itertools
+import tomllib
+from dataclasses import dataclass
+
+from . import env
+from .description import SparseGemmConfig
+
+
+@dataclass(frozen=True)
+class Family:
+    """One catalog file: a kernel family's tiles and operand choices."""
+
+    name: str
+    min_compute: int
+    instruction: tuple[int, int, int]
+    accumulator: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    layouts_b: tuple[str, ...]
+    alignments_b: tuple[int, ...]
+    alignments_c: tuple[int, ...]
+    swizzle: int
+    tiles: tuple[tuple[tuple[int, int, int], tuple[int, int, int], int], ...]  # (threadblock, warps, stages)
+
+    def config(self, tile, element: str, element_out: str, layout_b: str,
+               alignment_b: int, alignment_c: int) -> SparseGemmConfig:
+        threadblock, warps, stages = tile
+        return SparseGemmConfig(
+            family=self.name, element=element, element_out=element_out, layout_b=layout_b,
+            threadblock=threadblock, warps=warps, stages=stages, instruction=self.instruction,
+            alignment_a=8, alignment_b=alignment_b, alignment_c=alignment_c,
+            swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator)
+
+    def out_types(self, element: str) -> tuple[str, ...]:
+        return tuple(element if o == "same" else o for o in self.outputs)
+
+    def enumerate(self, widest_only: bool = True) -> list[SparseGemmConfig]:
+        """Every configuration; with widest_only, just the widest alignments (the common case)."""
+        aligns_b = self.alignments_b[:1] if widest_only else self.alignments_b
+        aligns_c = self.alignments_c[:1] if widest_only else self.alignments_c
+        out = []
+        for element in self.inputs:
+            for tile, element_out, layout_b, ab, ac in itertools.product(
+                    self.tiles, self.out_types(element), self.layouts_b, aligns_b, aligns_c):
+                out.append(self.config(tile, element, element_out, layout_b, ab, ac))
+        return out
+
+
+@functools.cache
+def load(family: str) -> Family:
+    path = env.operations_dir() / f"{family}.toml"
+    if not path.exists():
+        raise ValueError(f"no catalog for kernel family {family!r} (looked for {path})")
+    data = tomllib.loads(path.read_text())
+    return Family(
+        name=data["family"], min_compute=data["min_compute"], instruction=tuple(data["instruction"]),
+        accumulator=data["accumulator"], inputs=tuple(data["inputs"]), outputs=tuple(data["outputs"]),
+        layouts_b=tuple(data["layouts_b"]), alignments_b=tuple(data["alignments_b"]),
+        alignments_c=tuple(data["alignments_c"]), swizzle=data["swizzle"],
+        tiles=tuple((tuple(t["threadblock"]), tuple(t["warps"]), t["stages"]) for t in data["tile"]),
+    )
+
+
+def find(name: str, family: str = "sm80") -> SparseGemmConfig:
+    """The configuration with this procedural name, among every one the catalog can build."""
+    for config in load(family).enumerate(widest_only=False):
+        if config.name == name:
+            return config
+    raise ValueError(f"no configuration named {name!r} in catalog {family!r}")

@@ -1,0 +1,212 @@
+"""2:4 pruning and compression into the layout the sm80 sparse kernels read.
+
+One implementation serves NumPy and CuPy: it is written against the array module of
+its input (elementwise integer logic and gathers only, no sorts), so the two agree bit
+for bit.
+
+Layout (family "sm80", CUTLASS 2.x, 16-bit types):
+- values: [M_pad, K_pad/2], row-major; per group of four along K, the two kept values
+  in ascending index order.
+- metadata: one 4-bit nibble per group, low two bits = index of the first kept value,
+  high two bits = index of the second; four groups per uint16 word, first group in
+  the lowest nibble. The [M_pad, K_pad/16] word matrix is then reordered as CUTLASS's
+  reorder_meta (tools/util/include/cutlass/util/host_reorder.h) and stored in
+  ColumnMajorInterleaved<2>, the layout the kernel's metadata iterator reads.
+- M is padded to a multiple of 32 (the row-reorder group) and K to a multiple of 128
+  (the largest threadblock K): padding holds zero values with valid metadata, so a
+  kernel may run over it without reading memory it does not own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes
+
+ROW_GROUP = 32      # metadata rows are interleaved within groups of 32
+K_MULTIPLE = 128    # stored K is padded to a multiple of the widest threadblock K
+LAYOUT_SM80 = "sm80"
+
+
+def _xp(array):
+    """numpy or cupy, whichever owns `array`."""
+    if type(array).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _check_matrix(dense, what: str):
+    xp = _xp(dense)
+    if xp is np and not isinstance(dense, np.ndarray):
+        raise TypeError(f"{what} must be a numpy or cupy array, got {type(dense).__name__}")
+    if dense.ndim != 2:
+        raise ValueError(f"{what} must be 2-D [M, K], got shape {tuple(dense.shape)}")
+    name = dtypes.name_of(dense.dtype)
+    if name not in dtypes.INPUT_NAMES:
+        raise TypeError(f"{what} must be float16 or bfloat16 (ml_dtypes.bfloat16), got {dense.dtype}")
+    return xp, name
+
+
+def _bits(array):
+    """The 16-bit patterns: all logic runs on these, so bf16 needs no float support from CuPy."""
+    return array.view(_xp(array).uint16)
+
+
+def _magnitude(xp, bits, dtype_name: str):
+    """|x| as float32 from 16-bit patterns (exact for f16 and bf16)."""
+    if dtype_name == "bf16":
+        return ((bits & 0x7FFF).astype(xp.uint32) << 16).view(xp.float32)
+    return (bits & 0x7FFF).view(xp.float16).astype(xp.float32)
+
+
+def prune_2to4(dense):
+    """Keep the two largest magnitudes of each group of four along K (ties: lower index wins).
+
+    numpy or cupy [M, K] in, the same type out. K need not be a multiple of 4: the last
+    partial group keeps at most two values.
+    """
+    xp, name = _check_matrix(dense, "dense")
+    m, k = dense.shape
+    k4 = _round_up(k, 4)
+    padded = xp.zeros((m, k4), dtype=xp.uint16)
+    padded[:, :k] = _bits(xp.ascontiguousarray(dense))
+    groups = padded.reshape(m, k4 // 4, 4)
+    mag = _magnitude(xp, groups, name)
+    a = mag[..., :, None]   # element i
+    b = mag[..., None, :]   # element j
+    index = xp.arange(4)
+    beats = (b > a) | ((b == a) & (index[None, :] < index[:, None]))
+    rank = beats.sum(axis=-1)
+    kept = xp.where(rank < 2, groups, xp.uint16(0))
+    return kept.reshape(m, k4)[:, :k].copy().view(dense.dtype)
+
+
+def _reorder_offsets(xp, m_pad: int, words_per_row: int):
+    """Flat offset, in the stored metadata, of word (row, col) of the plain [M, K/16] matrix.
+
+    CUTLASS reorder_meta for 16-bit words: rows are interleaved within groups of 32,
+    then 2x2 blocks are transposed; the result is laid out ColumnMajorInterleaved<2>
+    with leading dimension 2 * M_pad.
+    """
+    rows = xp.arange(m_pad)[:, None]
+    cols = xp.arange(words_per_row)[None, :]
+    dest_row = rows // 32 * 32 + (rows % 8) * 4 + (rows % 32) // 8
+    dest_col = cols + xp.zeros_like(rows)
+    dest_row = dest_row + xp.zeros_like(cols)
+    swap_down = (dest_row % 2 == 0) & (dest_col % 2 == 1)
+    swap_up = (dest_row % 2 == 1) & (dest_col % 2 == 0)
+    dest_row = dest_row + swap_down - swap_up
+    dest_col = dest_col - swap_down + swap_up
+    return (dest_col // 2) * (2 * m_pad) + dest_row * 2 + dest_col % 2
+
+
+@dataclass
+class SparseMatrix:
+    """A 2:4 sparse [M, K] matrix, compressed for one kernel family's metadata layout."""
+
+    shape: tuple[int, int]          # logical (M, K)
+    dtype: np.dtype
+    values: object                  # [M_pad, K_pad/2], numpy or cupy
+    metadata: object                # uint16 [K_pad/32, 2*M_pad] (ColumnMajorInterleaved<2>)
+    layout: str = LAYOUT_SM80       # which kernel family's metadata layout this is
+
+    @property
+    def padded_shape(self) -> tuple[int, int]:
+        return self.values.shape[0], self.values.shape[1] * 2
+
+    @property
+    def is_device(self) -> bool:
+        return _xp(self.values) is not np
+
+    @property
+    def metadata_ld(self) -> int:
+        """Leading dimension of the metadata in 16-bit words (ColumnMajorInterleaved<2>)."""
+        return 2 * self.padded_shape[0]
+
+    def to_device(self) -> "SparseMatrix":
+        import cupy
+
+        return SparseMatrix(self.shape, self.dtype, cupy.asarray(self.values),
+                            cupy.asarray(self.metadata), self.layout)
+
+    def to_host(self) -> "SparseMatrix":
+        if not self.is_device:
+            return self
+        return SparseMatrix(self.shape, self.dtype, self.values.get(), self.metadata.get(), self.layout)
+
+    def plain_metadata(self):
+        """The [M_pad, K_pad/16] metadata words before CUTLASS's reorder."""
+        xp = _xp(self.metadata)
+        m_pad, k_pad = self.padded_shape
+        offsets = _reorder_offsets(xp, m_pad, k_pad // 16)
+        return self.metadata.reshape(-1)[offsets]
+
+    def to_dense(self):
+        """The [M, K] matrix this represents (numpy or cupy, like the stored values)."""
+        xp = _xp(self.values)
+        m_pad, k_pad = self.padded_shape
+        words = self.plain_metadata().astype(xp.int32)
+        shifts = xp.arange(4, dtype=xp.int32) * 4
+        nibbles = (words[:, :, None] >> shifts) & 0xF                       # [M_pad, K/16, 4]
+        nibbles = nibbles.reshape(m_pad, k_pad // 4)
+        first, second = nibbles & 0x3, nibbles >> 2
+        kept = _bits(self.values).reshape(m_pad, k_pad // 4, 2)
+        lane = xp.arange(4, dtype=xp.int32)
+        dense = xp.where(lane == first[..., None], kept[..., 0:1], xp.uint16(0))
+        dense = xp.where(lane == second[..., None], kept[..., 1:2], dense)
+        m, k = self.shape
+        return dense.reshape(m_pad, k_pad)[:m, :k].copy().view(self.dtype)
+
+
+def compress(dense, layout: str = LAYOUT_SM80) -> SparseMatrix:
+    """Compress a 2:4 sparse [M, K] matrix (numpy or cupy) for the given kernel family.
+
+    Raises ValueError naming the first row and group with more than two non-zeros.
+    """
+    if layout != LAYOUT_SM80:
+        raise ValueError(f"layout {layout!r}: only {LAYOUT_SM80!r} metadata is supported")
+    xp, _ = _check_matrix(dense, "dense")
+    m, k = dense.shape
+    if m == 0 or k == 0:
+        raise ValueError(f"dense must be non-empty, got shape {(m, k)}")
+    m_pad, k_pad = _round_up(m, ROW_GROUP), _round_up(k, K_MULTIPLE)
+    padded = xp.zeros((m_pad, k_pad), dtype=xp.uint16)
+    padded[:m, :k] = _bits(xp.ascontiguousarray(dense))
+    groups = padded.reshape(m_pad, k_pad // 4, 4)
+
+    nonzero = ((groups & 0x7FFF) != 0).astype(xp.int32)   # -0.0 counts as zero
+    counts = nonzero.sum(axis=-1)
+    if bool((counts > 2).any()):
+        row, group = (int(v) for v in xp.argwhere(counts > 2)[0])
+        raise ValueError(
+            f"dense is not 2:4 sparse: row {row}, columns {4 * group}..{4 * group + 3} hold "
+            f"{int(counts[row, group])} non-zeros (at most 2 per group of 4 along K); "
+            f"use cutlass_sparse.prune_2to4 first")
+
+    # Indices of the first and second non-zero (-1 if absent), without sorting.
+    seen = xp.cumsum(nonzero, axis=-1)
+    first = xp.where(counts > 0, ((seen == 1) & (nonzero == 1)).astype(xp.int32).argmax(axis=-1), -1)
+    second = xp.where(counts > 1, ((seen == 2) & (nonzero == 1)).astype(xp.int32).argmax(axis=-1), -1)
+    # Fewer than two non-zeros: complete to a valid ascending pair that covers them.
+    # (p) -> (0, 1) for p < 2, (0, p) otherwise; nothing -> (0, 1).
+    idx0 = xp.where(counts == 2, first, 0).astype(xp.int32)
+    idx1 = xp.where(counts == 2, second, xp.where((counts == 1) & (first >= 2), first, 1)).astype(xp.int32)
+
+    values = xp.stack([xp.take_along_axis(groups, idx0[..., None], axis=-1)[..., 0],
+                       xp.take_along_axis(groups, idx1[..., None], axis=-1)[..., 0]], axis=-1)
+    values = values.reshape(m_pad, k_pad // 2).view(dense.dtype)
+
+    nibbles = (idx0 | (idx1 << 2)).reshape(m_pad, k_pad // 16, 4)
+    words = (nibbles[..., 0] | (nibbles[..., 1] << 4) | (nibbles[..., 2] << 8)
+             | (nibbles[..., 3] << 12)).astype(xp.uint16)
+    stored = xp.empty(m_pad * (k_pad // 16), dtype=xp.uint16)
+    stored[_reorder_offsets(xp, m_pad, k_pad // 16).reshape(-1)] = words.reshape(-1)
+    metadata = stored.reshape(k_pad // 32, 2 * m_pad)
+    return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout)

@@ -1,0 +1,77 @@
+"""Read facts the compiler wrote into a cubin (ELF), with no GPU: a constant's value and a
+kernel's parameter-block size. These are the compiler's own numbers, so the launcher
+never re-derives CUTLASS's shared-memory arithmetic or trusts a Python layout blindly.
+"""
+from __future__ import annotations
+
+import struct
+
+_EIATTR_CBANK_PARAM_SIZE = 0x19   # .nv.info.<kernel>: total bytes of the kernel's parameters
+_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
+
+
+class CubinError(ValueError):
+    pass
+
+
+def _sections(data: bytes) -> dict[str, tuple[int, int, int, int]]:
+    """name -> (offset, size, link, entsize) for every section of an ELF64 little-endian file."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise CubinError("not a 64-bit little-endian ELF cubin")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    raw = []
+    for i in range(shnum):
+        (name, _type, _flags, _addr, offset, size, link, _info, _align, entsize) = struct.unpack_from(
+            "<IIQQQQIIQQ", data, shoff + i * shentsize)
+        raw.append((name, offset, size, link, entsize))
+    names_off = raw[shstrndx][1]
+    out = {}
+    for index, (name, offset, size, link, entsize) in enumerate(raw):
+        end = data.index(b"\0", names_off + name)
+        out[data[names_off + name:end].decode()] = (offset, size, link, entsize, index)
+    return out
+
+
+def read_symbol(data: bytes, symbol: str) -> bytes:
+    """The initial bytes of a global/constant variable named `symbol`."""
+    sections = _sections(data)
+    if ".symtab" not in sections:
+        raise CubinError("cubin has no symbol table")
+    sym_off, sym_size, strtab_index, entsize, _ = sections[".symtab"]
+    by_index = {v[4]: v for v in sections.values()}
+    str_off = by_index[strtab_index][0]
+    for pos in range(sym_off, sym_off + sym_size, entsize or 24):
+        name, _info, _other, shndx, value, size = struct.unpack_from("<IBBHQQ", data, pos)
+        end = data.index(b"\0", str_off + name)
+        if data[str_off + name:end].decode() == symbol:
+            section_offset = by_index[shndx][0]
+            return data[section_offset + value:section_offset + value + size]
+    raise CubinError(f"symbol {symbol!r} not found in cubin")
+
+
+def read_int32(data: bytes, symbol: str) -> int:
+    raw = read_symbol(data, symbol)
+    if len(raw) != 4:
+        raise CubinError(f"symbol {symbol!r} is {len(raw)} bytes, expected a 32-bit int")
+    return struct.unpack("<i", raw)[0]
+
+
+def kernel_param_bytes(data: bytes, kernel: str) -> int:
+    """Size of `kernel`'s parameter block, from its .nv.info attributes."""
+    sections = _sections(data)
+    key = f".nv.info.{kernel}"
+    if key not in sections:
+        raise CubinError(f"kernel {kernel!r} not found in cubin")
+    offset, size = sections[key][:2]
+    pos, end = offset, offset + size
+    while pos < end:
+        fmt, attr = data[pos], data[pos + 1]
+        if fmt == _EIFMT_SVAL:
+            length, = struct.unpack_from("<H", data, pos + 2)
+            pos += 4 + length
+            continue
+        if attr == _EIATTR_CBANK_PARAM_SIZE and fmt == _EIFMT_HVAL:
+            return struct.unpack_from("<H", data, pos + 2)[0]
+        pos += 4
+    raise CubinError(f"no parameter-size attribute for kernel {kernel!r}")

@@ -1,0 +1,48 @@
+"""The element types cutlass-sparse handles: NumPy dtype <-> cutlass_library DataType."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from cutlass_library.library import DataType
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+_BY_NAME = {
+    "f16": (np.dtype(np.float16), DataType.f16),
+    "bf16": (bfloat16, DataType.bf16),
+    "f32": (np.dtype(np.float32), DataType.f32),
+}
+_NAME_BY_DTYPE = {dtype: name for name, (dtype, _) in _BY_NAME.items()}
+
+# Operand types of the sparse tensor-core kernels, and what each may write out.
+INPUT_NAMES = ("f16", "bf16")
+
+
+def name_of(dtype) -> str | None:
+    """'f16' / 'bf16' / 'f32' for a dtype-like, or None for anything else."""
+    try:
+        return _NAME_BY_DTYPE.get(np.dtype(dtype))
+    except TypeError:
+        return None
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    return _BY_NAME[name][0]
+
+
+def data_type(name: str) -> DataType:
+    return _BY_NAME[name][1]
+
+
+def parse(name_or_dtype) -> str:
+    """Accept 'f16', 'fp16', 'float16', np.float16, ml_dtypes.bfloat16... -> canonical name."""
+    aliases = {"fp16": "f16", "half": "f16", "float16": "f16", "bfloat16": "bf16",
+               "fp32": "f32", "float32": "f32", "float": "f32"}
+    if isinstance(name_or_dtype, str):
+        key = aliases.get(name_or_dtype, name_or_dtype)
+        if key in _BY_NAME:
+            return key
+    found = name_of(name_or_dtype)
+    if found is None:
+        raise ValueError(f"unsupported dtype {name_or_dtype!r}: expected one of f16, bf16, f32")
+    return found

@@ -1,0 +1,154 @@
+"""Every path, version and environment switch the package reads, resolved in one place.
+
+Nothing else in the package looks at os.environ or searches the file system for
+headers: it asks this module.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import os
+from pathlib import Path
+
+PACKAGE_VERSION = "0.1.0"
+
+# Version of the layout of a cache entry (cubin + JSON metadata). Bump it when
+# what is stored, or how it is read, changes: old entries then stop matching.
+CACHE_FORMAT = 1
+
+
+def cache_path() -> Path:
+    """Where compiled_cache.db lives: $CUTLASS_SPARSE_CACHE, else the user's cache dir.
+
+    Never the working directory: a database there would be picked up by whoever
+    runs in that directory.
+    """
+    explicit = os.environ.get("CUTLASS_SPARSE_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cutlass_sparse" / "compiled_cache.db"
+
+
+def compile_disabled() -> bool:
+    """CUTLASS_SPARSE_NO_COMPILE=1 makes every compile fail: proves a cache is warm."""
+    return os.environ.get("CUTLASS_SPARSE_NO_COMPILE", "") not in ("", "0")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cuda_home() -> Path | None:
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    default = Path("/usr/local/cuda")
+    return default if default.exists() else None
+
+
+def _pip_cuda_includes() -> list[Path]:
+    """Every site-packages/nvidia/cu13/include from NVIDIA's pip header packages.
+
+    The wheels may sit in several site directories (e.g. a --target dir beside the
+    system's), so each header piece is looked up across all of them.
+    """
+    try:
+        import nvidia  # namespace package of the nvidia-cuda-* wheels
+    except ImportError:
+        return []
+    return [Path(root) / "cu13" / "include" for root in nvidia.__path__
+            if (Path(root) / "cu13" / "include").is_dir()]
+
+
+@functools.cache
+def cutlass_root() -> Path:
+    import cutlass_library
+
+    return Path(cutlass_library.source_path)
+
+
+@functools.cache
+def header_sources() -> tuple[tuple[Path, str], ...]:
+    """The include directories for NVRTC, each with a string naming its exact version.
+
+    Each piece is taken from NVIDIA's pip packages when present (pinned to the CUDA
+    minor that CUTLASS 4.2 compiles with), else from CUDA_HOME. The version strings
+    go into the cache key, paths do not: the same headers on two machines give the
+    same key.
+    """
+    sources: list[tuple[Path, str]] = []
+    root = cutlass_root()
+    cutlass_id = f"nvidia-cutlass {_version('nvidia-cutlass')}"
+    sources.append((root / "include", cutlass_id))
+    sources.append((root / "tools" / "util" / "include", cutlass_id))
+
+    pip_incs = _pip_cuda_includes()
+    home = _cuda_home()
+    home_id = None
+    if home is not None:
+        version_json = home / "version.json"
+        digest = hashlib.sha256(version_json.read_bytes()).hexdigest()[:16] if version_json.exists() else "unknown"
+        home_id = f"CUDA_HOME version.json {digest}"
+
+    def pick(rel_pip: str, dist: str, rel_home: str, probe: str) -> None:
+        found = [inc / rel_pip for inc in pip_incs if (inc / rel_pip / probe).exists()]
+        if found and _version(dist):
+            sources.append((found[0], f"{dist} {_version(dist)}"))
+        elif home is not None and (home / rel_home / probe).exists():
+            sources.append((home / rel_home, home_id))
+        else:
+            raise RuntimeError(
+                f"cannot find the CUDA header {probe!r}: install the pip package {dist} "
+                f"(see pyproject.toml for the pinned version) or set CUDA_HOME"
+            )
+
+    pick("cccl", "nvidia-cuda-cccl", "include/cccl", "cuda/std/type_traits")
+    pick("", "nvidia-cuda-runtime", "include", "cuda_runtime.h")
+    pick("", "nvidia-cuda-crt", "include", "crt/host_defines.h")
+    # Deduplicate while keeping order (runtime and crt share one include dir).
+    seen: set[Path] = set()
+    unique = []
+    for path, ident in sources:
+        if path not in seen:
+            seen.add(path)
+            unique.append((path, ident))
+    return tuple(unique)
+
+
+@functools.cache
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+
+    _, major, minor = nvrtc.nvrtcVersion()
+    # The pip wheel's patch level changes code generation too; record it when known.
+    return f"{major}.{minor} ({_version('nvidia-cuda-nvrtc') or 'system'})"
+
+
+@functools.cache
+def toolchain_identity() -> str:
+    """Everything besides source and options that changes a compiled binary."""
+    parts = [
+        f"cutlass_sparse {PACKAGE_VERSION}",
+        f"cache format {CACHE_FORMAT}",
+        f"nvrtc {nvrtc_version()}",
+        *sorted({ident for _, ident in header_sources()}),
+    ]
+    return "\n".join(parts)
+
+
+def operations_dir() -> Path:
+    """The catalogs: installed as cutlass_sparse.operations, or operations/ in a checkout."""
+    try:
+        import importlib.resources
+
+        path = Path(str(importlib.resources.files("cutlass_sparse.operations")))
+        if path.is_dir():
+            return path
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parent.parent / "operations"

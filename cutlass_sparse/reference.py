@@ -1,0 +1,61 @@
+"""Dense references and timing helpers shared by the CLI, benchmarks and tests."""
+from __future__ import annotations
+
+from . import dtypes
+
+
+def to_float32(array):
+    """Exact float32 copy of an f16/bf16/f32 numpy or cupy array (bf16 via its bit pattern)."""
+    xp = _xp(array)
+    if dtypes.name_of(array.dtype) == "bf16":
+        bits = xp.ascontiguousarray(array).view(xp.uint16)
+        return (bits.astype(xp.uint32) << 16).view(xp.float32)
+    return array.astype(xp.float32)
+
+
+def _xp(array):
+    if type(array).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy
+
+
+def relative_error(result, reference) -> float:
+    """||result - reference|| / ||reference|| in float64; NaN anywhere gives inf."""
+    xp = _xp(reference)
+    r = to_float32(result).astype(xp.float64)
+    ref = to_float32(reference).astype(xp.float64) if reference.dtype != xp.float64 else reference
+    if bool(xp.isnan(r).any()):
+        return float("inf")
+    denom = float(xp.linalg.norm(ref)) or 1.0
+    return float(xp.linalg.norm(r - ref)) / denom
+
+
+def median_ms(fn, repeats: int = 20, warmup: int = 3) -> float:
+    """Median device time of fn() in milliseconds, CUDA events around each call."""
+    import cupy
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def gpu_available() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
