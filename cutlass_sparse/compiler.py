@@ -39,7 +39,7 @@ def options_for(arch: str, extra: tuple[str, ...] = ()) -> list[str]:
 
 
 def include_options() -> list[str]:
-    return [f"-I{path}" for path, _ in env.header_sources()]
+    return [f"-I{path}" for path in env.include_dirs()]
 
 
 @dataclass(frozen=True)

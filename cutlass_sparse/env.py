@@ -110,14 +110,7 @@ def header_sources() -> tuple[tuple[Path, str], ...]:
     pick("cccl", "nvidia-cuda-cccl", "include/cccl", "cuda/std/type_traits")
     pick("", "nvidia-cuda-runtime", "include", "cuda_runtime.h")
     pick("", "nvidia-cuda-crt", "include", "crt/host_defines.h")
-    # Deduplicate while keeping order (runtime and crt share one include dir).
-    seen: set[Path] = set()
-    unique = []
-    for path, ident in sources:
-        if path not in seen:
-            seen.add(path)
-            unique.append((path, ident))
-    return tuple(unique)
+    return tuple(sources)
 
 
 @functools.cache
@@ -127,6 +120,12 @@ def nvrtc_version() -> str:
     _, major, minor = nvrtc.nvrtcVersion()
     # The pip wheel's patch level changes code generation too; record it when known.
     return f"{major}.{minor} ({_version('nvidia-cuda-nvrtc') or 'system'})"
+
+
+@functools.cache
+def include_dirs() -> list[Path]:
+    """header_sources' directories, each once, in order (runtime and crt often share one)."""
+    return list(dict.fromkeys(path for path, _ in header_sources()))
 
 
 @functools.cache

@@ -7,24 +7,47 @@ tile must load per K step), avoiding tiles whose K does not divide the problem's
 """
 from __future__ import annotations
 
-from . import catalog
+from . import catalog, dtypes
 from .description import SparseGemmConfig
 
 
-def _cdiv(a: int, b: int) -> int:
+def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
 def cost(threadblock: tuple[int, int, int], m: int, n: int, k: int, sm_count: int) -> float:
     tm, tn, tk = threadblock
-    ctas = _cdiv(m, tm) * _cdiv(n, tn)
-    waves = _cdiv(ctas, sm_count)
+    waves = cdiv(cdiv(m, tm) * cdiv(n, tn), sm_count)
     penalty = 1.0 if k % tk == 0 else 4.0
-    return waves * (tm + tn) * _cdiv(k, tk) * tk * penalty
+    return waves * (tm + tn) * cdiv(k, tk) * tk * penalty
 
 
-def choose(family: str, element: str, element_out: str, layout_b: str, alignment_b: int,
-           alignment_c: int, m: int, n: int, k: int, sm_count: int) -> SparseGemmConfig:
+def choose_tile(family: str, m: int, n: int, k: int, sm_count: int):
+    """The catalog tile (threadblock, warps, stages) of least cost for an M x N x K problem."""
+    return min(catalog.load(family).tiles, key=lambda tile: cost(tile[0], m, n, k, sm_count))
+
+
+def output_alignments(family: str, element_out: str) -> tuple[int, ...]:
+    """C/D vector widths the catalog offers, capped at 16-byte accesses."""
+    item = dtypes.numpy_dtype(element_out).itemsize
+    return tuple(a for a in catalog.load(family).alignments_c if a * item <= 16)
+
+
+def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, layout_b: str,
+                     sm_count: int, family: str = "sm80") -> SparseGemmConfig:
+    """What matmul picks for contiguous, allocator-aligned operands of this shape.
+
+    Needs no GPU: the CLI's compile-only mode and cache warm-up use it.
+    """
     fam = catalog.load(family)
-    best = min(fam.tiles, key=lambda tile: cost(tile[0], m, n, k, sm_count))
-    return fam.config(best, element, element_out, layout_b, alignment_b, alignment_c)
+    if n == 1:
+        layout_b = "col"   # matmul reads a single column as column-major
+    m_pad = cdiv(m, 32) * 32
+    tile = choose_tile(family, m_pad, n, k, sm_count)
+    k_eff = cdiv(k, tile[0][2]) * tile[0][2]
+    contiguous_b = n if layout_b == "row" else k_eff
+    alignment_b = next((a for a in fam.alignments_b if contiguous_b % a == 0), None)
+    if alignment_b is None:
+        raise ValueError(f"a row-major x with N = {n} cannot be aligned for the sparse kernels (N must be even)")
+    alignment_c = next(a for a in output_alignments(family, element_out) if n % a == 0)
+    return fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)

@@ -1,0 +1,32 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cutlass_sparse import reference  # noqa: E402
+
+HAS_GPU = reference.gpu_available()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped cleanly without one)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_cache_path(tmp_path_factory):
+    """One cache for the session's compiles: $CUTLASS_SPARSE_CACHE if set (a warmed cache
+    carried to the GPU machine), else a fresh file."""
+    explicit = os.environ.get("CUTLASS_SPARSE_CACHE")
+    return Path(explicit) if explicit else tmp_path_factory.mktemp("cache") / "compiled_cache.db"

@@ -1,0 +1,59 @@
+"""The problems the GPU tests run, in one place, so their kernels can be compiled ahead
+of time on a machine without a GPU and carried to the GPU machine:
+
+    CUTLASS_SPARSE_CACHE=... python -m tests.gpu_cases --arch sm_90 [--jobs N]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# (M, N, K): tile multiples, ragged M/N/K, tiny, K = 16, large K, decode-like N.
+SHAPES = [
+    (128, 128, 128), (256, 512, 1024), (2048, 2048, 2048), (1000, 24, 100), (7, 3, 16),
+    (1, 1, 16), (33, 17, 48), (256, 8, 4096), (64, 512, 16), (130, 130, 130), (96, 64, 16384),
+    (300, 1000, 256), (512, 16, 4096), (2, 2, 32), (64, 6, 64), (1024, 1, 1024), (45, 200, 72),
+    (160, 96, 2000), (4096, 128, 4096), (1376, 64, 512), (31, 33, 35),
+]
+DTYPES = ["f16", "bf16"]
+LAYOUTS = ["row", "col"]
+# Extra (shape, dtype, out dtype, layout) combinations used by the other GPU tests.
+EXTRA = [((96, 40, 128), "f16", "f16", "row"), ((50, 40, 128), "f16", "f16", "row"),
+         ((96, 40, 128), "f16", "f32", "row"), ((96, 40, 128), "bf16", "f32", "col"),
+         ((200, 64, 256), "f16", "f16", "row"), ((200, 64, 256), "f16", "f16", "col"),
+         ((128, 32, 64), "f16", "f16", "row"), ((128, 32, 64), "f16", "f16", "col"),
+         ((64, 48, 128), "f16", "f16", "row")]
+
+
+def cases():
+    for shape in SHAPES:
+        for dtype in DTYPES:
+            for layout in LAYOUTS:
+                yield shape, dtype, dtype, layout
+    yield from EXTRA
+
+
+def configs(sm_count: int = 132):
+    from cutlass_sparse import selection
+
+    for (m, n, k), dtype, out, layout in cases():
+        if layout == "row" and n % 2:
+            if n > 1:
+                continue  # refused with an alignment error, no kernel
+            layout = "col"  # a single column is read as column-major
+        yield selection.config_for_shape(m, n, k, dtype, out, layout, sm_count)
+
+
+if __name__ == "__main__":
+    from cutlass_sparse import warmup
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--sm-count", type=int, default=132)
+    args = parser.parse_args()
+    results = warmup.compile_all(list(configs(args.sm_count)), args.arch, args.jobs)
+    for name, status, seconds in results:
+        print(f"{status:10s} {seconds:6.1f} s  {name}")
+    sys.exit(any(status.startswith("failed") for _, status, _ in results))

@@ -1,0 +1,123 @@
+"""Compression: round trip, the not-2:4 error, and the metadata layout against an
+independent derivation (a literal port of CUTLASS's reorder_meta loop and the
+ColumnMajorInterleaved<2> offset function, with the nibble code written out as a table)."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cutlass_sparse as cs
+from cutlass_sparse.compress import SparseMatrix
+
+DTYPES = [np.float16, ml_dtypes.bfloat16]
+
+# mma.sp 2:4 metadata nibble for the kept pair of indices: low 2 bits = first index,
+# high 2 bits = second (PTX ISA, sparse mma metadata; also PyTorch's CUTLASS path).
+NIBBLE = {(0, 1): 0b0100, (0, 2): 0b1000, (1, 2): 0b1001, (0, 3): 0b1100, (1, 3): 0b1101, (2, 3): 0b1110}
+
+
+def random_2to4(rng, m, k, dtype, exact_two=True):
+    """A 2:4 matrix built by choosing positions directly (not with prune_2to4)."""
+    dense = np.zeros((m, k), dtype=np.float32)
+    for r in range(m):
+        for g in range(0, k - k % 4, 4):
+            keep = rng.choice(4, size=2 if exact_two else rng.integers(0, 3), replace=False)
+            dense[r, g + keep] = rng.uniform(0.5, 2.0, size=len(keep)) * rng.choice([-1, 1], size=len(keep))
+    return dense.astype(dtype)
+
+
+def reference_reorder(words: np.ndarray, m_pad: int) -> np.ndarray:
+    """CUTLASS tools/util/include/cutlass/util/host_reorder.h reorder_meta, 16-bit words,
+    written into ColumnMajorInterleaved<2> (layout/matrix.h) with ldm = 2 * rows."""
+    rows, cols = words.shape
+    out = np.zeros(rows * cols, dtype=np.uint16)
+    for m in range(rows):
+        for k in range(cols):
+            group, interweave = 32, 4
+            dest_row = m // group * group + (m % 8) * interweave + (m % group) // 8
+            dest_col = k
+            if dest_row % 2 == 0 and dest_col % 2 == 1:
+                dest_row += 1
+                dest_col -= 1
+            elif dest_row % 2 == 1 and dest_col % 2 == 0:
+                dest_row -= 1
+                dest_col += 1
+            offset = (dest_col // 2) * (2 * m_pad) + dest_row * 2 + dest_col % 2
+            out[offset] = words[m, k]
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(32, 128), (64, 256), (50, 70), (1, 16), (96, 384)])
+def test_metadata_matches_cutlass_reorder(dtype, shape):
+    rng = np.random.default_rng(1)
+    dense = random_2to4(rng, *shape, dtype)
+    sw = cs.compress(dense)
+    m_pad, k_pad = sw.padded_shape
+    padded = np.zeros((m_pad, k_pad), dtype=np.float32)
+    padded[:shape[0], :shape[1]] = dense.astype(np.float32)
+    # Plain metadata words from the table, then the independent reorder.
+    words = np.zeros((m_pad, k_pad // 16), dtype=np.uint16)
+    values = np.zeros((m_pad, k_pad // 2), dtype=np.float32)
+    for r in range(m_pad):
+        for g in range(k_pad // 4):
+            nz = tuple(int(i) for i in np.flatnonzero(padded[r, 4 * g:4 * g + 4]))
+            pair = nz if len(nz) == 2 else (0, 1)   # all-zero groups (padding) in this test
+            words[r, g // 4] |= NIBBLE[pair] << (4 * (g % 4))
+            values[r, 2 * g:2 * g + 2] = padded[r, 4 * g + np.array(pair)]
+    np.testing.assert_array_equal(sw.metadata.reshape(-1), reference_reorder(words, m_pad))
+    np.testing.assert_array_equal(sw.values.astype(np.float32), values)
+    assert sw.metadata_ld == 2 * m_pad
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_round_trip_and_partial_groups(dtype):
+    rng = np.random.default_rng(2)
+    dense = random_2to4(rng, 45, 100, dtype, exact_two=False)   # groups with 0, 1 or 2 non-zeros
+    sw = cs.compress(dense)
+    back = sw.to_dense()
+    assert back.dtype == dense.dtype and back.shape == dense.shape
+    np.testing.assert_array_equal(back.view(np.uint16), dense.view(np.uint16))
+    # Every stored nibble is a valid ascending pair, padding included.
+    words = sw.plain_metadata()
+    nibbles = (words[..., None] >> (4 * np.arange(4))) & 0xF
+    assert set(np.unique(nibbles).tolist()) <= set(NIBBLE.values())
+
+
+def test_not_2to4_names_row_and_group():
+    dense = np.zeros((8, 16), dtype=np.float16)
+    dense[5, 8:11] = 1.0
+    with pytest.raises(ValueError, match=r"row 5, columns 8\.\.11 hold 3 non-zeros"):
+        cs.compress(dense)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prune_keeps_two_largest_magnitudes(dtype):
+    w = np.array([[1, -5, 3, 0.5, 0, 0, 0, 2, 4, 4, 4, 4]], dtype=np.float32).astype(dtype)
+    pruned = cs.prune_2to4(w).astype(np.float32)
+    np.testing.assert_array_equal(pruned, [[0, -5, 3, 0, 0, 0, 0, 2, 4, 4, 0, 0]])
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal((33, 70)).astype(dtype)
+    pruned = cs.prune_2to4(big)
+    cs.compress(pruned)  # is 2:4
+    groups = np.abs(np.pad(big.astype(np.float32), ((0, 0), (0, 2))).reshape(33, -1, 4))
+    kept = np.pad(pruned.astype(np.float32), ((0, 0), (0, 2))).reshape(33, -1, 4) != 0
+    smallest_kept = np.where(kept, groups, np.inf).min(-1)
+    largest_dropped = np.where(~kept, groups, -np.inf).max(-1)
+    assert (smallest_kept >= largest_dropped).all()
+
+
+def test_bad_inputs_to_compress():
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        cs.compress(np.zeros((4, 8), dtype=np.float32))
+    with pytest.raises(ValueError, match="2-D"):
+        cs.compress(np.zeros(8, dtype=np.float16))
+    with pytest.raises(TypeError, match="numpy or cupy array"):
+        cs.compress([[1.0, 0.0]])
+    with pytest.raises(ValueError, match="layout"):
+        cs.compress(np.zeros((4, 8), dtype=np.float16), layout="sm90")
+
+
+def test_sparse_matrix_records_its_layout():
+    sw = cs.compress(np.zeros((4, 8), dtype=np.float16))
+    assert isinstance(sw, SparseMatrix) and sw.layout == "sm80" and not sw.is_device
+    assert sw.shape == (4, 8) and sw.padded_shape == (32, 128)

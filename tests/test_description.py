@@ -1,0 +1,67 @@
+import pytest
+from cutlass_library.library import DataType, LayoutType, OpcodeClass
+
+from cutlass_sparse import catalog, selection
+from cutlass_sparse.description import SparseGemmConfig
+
+
+def make(**over):
+    base = dict(family="sm80", element="f16", element_out="f16", layout_b="col",
+                threadblock=(128, 128, 64), warps=(2, 2, 1), stages=3, instruction=(16, 8, 32),
+                alignment_a=8, alignment_b=8, alignment_c=8, swizzle=8)
+    base.update(over)
+    return SparseGemmConfig(**base)
+
+
+def test_procedural_name_follows_cutlass():
+    assert make().name == "cutlass_tensorop_f16_s16832spgemm_f16_128x128_64x3_tn_align8_swz8"
+    assert make(layout_b="row", element_out="f32").name == \
+        "cutlass_tensorop_s16832spgemm_f16_128x128_64x3_tt_align8_swz8"
+    assert make(alignment_c=1).name.endswith("_align8_b8c1_swz8")
+    assert make(element="bf16", element_out="bf16").name.startswith("cutlass_tensorop_bf16_s16832spgemm_bf16_")
+
+
+def test_descriptions_use_cutlass_library_types():
+    cfg = make(element="bf16", element_out="f32")
+    assert cfg.math_instruction.element_a == DataType.bf16
+    assert cfg.math_instruction.element_accumulator == DataType.f32
+    assert cfg.math_instruction.opcode_class == OpcodeClass.TensorOp
+    assert cfg.tile_description.threadblock_shape == [128, 128, 64]
+    assert cfg.tensor_b.layout == LayoutType.ColumnMajor
+    assert cfg.tensor_c.element == DataType.f32
+    assert cfg.tensor_e.element == DataType.u16
+    assert cfg.threads == 128
+
+
+def test_key_is_stable_and_distinguishes_fields():
+    assert make().key == make().key
+    assert make().key != make(stages=4).key
+    assert SparseGemmConfig.from_json(make().to_json()) == make()
+
+
+@pytest.mark.parametrize("field, value", [("element", "f32"), ("element_out", "bf16"),
+                                          ("layout_b", "diag"), ("swizzle", 3), ("threadblock", (128, 128, 32))])
+def test_invalid_configs_are_refused(field, value):
+    with pytest.raises(ValueError, match=field.split("_")[0]):
+        make(**{field: value})
+
+
+def test_catalog_enumerates_unique_names():
+    fam = catalog.load("sm80")
+    widest = fam.enumerate()
+    every = fam.enumerate(widest_only=False)
+    assert len(widest) == len(fam.tiles) * 2 * 2 * 2   # inputs x outputs x B layouts
+    assert len({c.name for c in every}) == len(every)
+    assert catalog.find(widest[0].name) == widest[0]
+    with pytest.raises(ValueError, match="no configuration named"):
+        catalog.find("cutlass_nothing")
+
+
+def test_selection_prefers_big_tiles_for_big_problems_and_small_for_small():
+    big = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", sm_count=132)
+    small = selection.config_for_shape(64, 16, 4096, "f16", "f16", "row", sm_count=132)
+    assert big.threadblock[0] * big.threadblock[1] > small.threadblock[0] * small.threadblock[1]
+    odd = selection.config_for_shape(100, 3, 16, "f16", "f16", "col", sm_count=132)
+    assert odd.alignment_c == 1
+    with pytest.raises(ValueError, match="N must be even"):
+        selection.config_for_shape(100, 3, 16, "f16", "f16", "row", sm_count=132)
