@@ -6,6 +6,7 @@ names the argument (never a kernel fault or a silent wrong answer).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -153,9 +154,8 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         # -- kernel choice --------------------------------------------------------
         if isinstance(config, str):
             config = catalog.find(config, FAMILY)
-        tile = (config.threadblock, config.warps, config.stages) if config else \
-            selection.choose_tile(FAMILY, m_pad, n, k, sm_count)
-        tile_k = tile[0][2]
+        tile_k = config.threadblock[2] if config else \
+            selection.choose_tile(FAMILY, m_pad, n, k, sm_count)[0][2]
         k_eff = cdiv(k, tile_k) * tile_k
         if k_eff != k:
             # mma.sp needs valid metadata on every K step, so the kernel runs over whole
@@ -173,40 +173,60 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         aligns_c = selection.output_alignments(FAMILY, element_out)
         alignment_c = min(_widest_alignment(aligns_c, d.data.ptr, np_out.itemsize, ldd, n),
                           _widest_alignment(aligns_c, c_full.data.ptr, np_out.itemsize, ldc, n))
-        if config is None:
-            config = fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
-        else:
-            _check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c)
         if k_stored < k_eff:
             raise ValueError(f"sw stores K = {k_stored}, less than the {k_eff} this kernel runs over")
-
-        compiled = kernels.get(config, arch)
-        loaded = runtime.load(compiled)
+        launch = _resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k,
+                          k_eff, arch, sm_count, config)
 
         # -- arguments and launch -------------------------------------------------
-        tm, tn, _ = config.threadblock
-        tiled = (cdiv(m_pad, tm), cdiv(n, tn), 1)
-        swizzle = 1 << swizzle_log_tile(config.swizzle, tiled[1])
-        grid = (tiled[0] * swizzle, cdiv(tiled[1], swizzle), tiled[2])
-        block = arguments.new_block()
+        block = launch.block.copy()
         fields = block[0]
         fields["a"], fields["e"] = sw.values.data.ptr, sw.metadata.data.ptr
         fields["b"], fields["c"], fields["d"] = x.data.ptr, c_full.data.ptr, d.data.ptr
         fields["lda"], fields["lde"] = k_stored // 2, sw.metadata_ld
         fields["ldb"], fields["ldc"], fields["ldd"] = ldb, ldc, ldd
-        fields["m"], fields["n"], fields["k"] = m_pad, n, k_eff
-        fields["grid_m"], fields["grid_n"], fields["grid_k"] = tiled
         fields["alpha"], fields["beta"] = alpha, beta
-        loaded.launch(device_id, grid, block, cupy.cuda.get_current_stream().ptr)
+        launch.kernel.launch(device_id, launch.grid, block)
 
         if info is not None:
-            info.update(config=config.name, arch=arch, from_cache=compiled.from_cache,
-                        compile_seconds=compiled.compile_seconds, grid=grid, k_padded=k_eff != k)
+            compiled = launch.kernel.compiled
+            info.update(config=compiled.config.name, arch=arch, from_cache=compiled.from_cache,
+                        compile_seconds=compiled.compile_seconds, grid=launch.grid, k_padded=k_eff != k)
         if out is None:
             return d[:m]
         if d is not out:
             out[...] = d[:m]
         return out
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What a problem signature resolves to: loaded kernel, grid, argument block template."""
+
+    kernel: runtime.LoadedKernel
+    grid: tuple[int, int, int]
+    block: np.ndarray
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
+             arch, sm_count, config) -> _Launch:
+    """Choose, compile or load, and size the launch, once per problem signature."""
+    fam = catalog.load(FAMILY)
+    if config is None:
+        tile = selection.choose_tile(FAMILY, m_pad, n, k, sm_count)
+        config = fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
+    else:
+        _check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c)
+    kernel = runtime.load(kernels.get(config, arch))
+    tm, tn, _ = config.threadblock
+    tiled = (cdiv(m_pad, tm), cdiv(n, tn), 1)
+    swizzle = 1 << swizzle_log_tile(config.swizzle, tiled[1])
+    block = arguments.new_block()
+    fields = block[0]
+    fields["m"], fields["n"], fields["k"] = m_pad, n, k_eff
+    fields["grid_m"], fields["grid_n"], fields["grid_k"] = tiled
+    return _Launch(kernel, (tiled[0] * swizzle, cdiv(tiled[1], swizzle), tiled[2]), block)
 
 
 def _check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c) -> None:

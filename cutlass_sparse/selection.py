@@ -7,6 +7,8 @@ tile must load per K step), avoiding tiles whose K does not divide the problem's
 """
 from __future__ import annotations
 
+import functools
+
 from . import catalog, dtypes
 from .description import SparseGemmConfig
 
@@ -22,6 +24,7 @@ def cost(threadblock: tuple[int, int, int], m: int, n: int, k: int, sm_count: in
     return waves * (tm + tn) * cdiv(k, tk) * tk * penalty
 
 
+@functools.lru_cache(maxsize=4096)
 def choose_tile(family: str, m: int, n: int, k: int, sm_count: int):
     """The catalog tile (threadblock, warps, stages) of least cost for an M x N x K problem."""
     return min(catalog.load(family).tiles, key=lambda tile: cost(tile[0], m, n, k, sm_count))
