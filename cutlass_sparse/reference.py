@@ -52,60 +52,39 @@ def median_ms(fn, repeats: int = 20, warmup: int = 3) -> float:
     return times[len(times) // 2]
 
 
-def kernel_median_ms(fn, calls: int = 20, replays: int = 15) -> tuple[float, str]:
-    """Kernel-only time of fn() in ms and how it was taken.
+_SPIN_SOURCE = r"""
+extern "C" __global__ void cutlass_sparse_spin(long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < cycles) { }
+}
+"""
 
-    Preferred: `calls` calls captured in one CUDA graph, median replay / calls, so host
-    overhead stays out, as in the peers' figures. Where the callee refuses capture (CuPy's
-    cuBLAS does), `calls` back-to-back calls between two events, median / calls: host
-    overhead then hides behind queued work only when each call outlasts it.
+
+def kernel_median_ms(fn, calls: int = 20, replays: int = 15, spin_ms: float = 20.0) -> float:
+    """Kernel-only time of fn() in ms: `calls` back-to-back calls between two events,
+    median over `replays`, divided by `calls`.
+
+    Each replay first queues a spin kernel of about spin_ms, so all `calls` launches are
+    enqueued while the GPU is busy and then run with no host gaps: Python and launch
+    overhead stay out of the number, whatever fn is (CuPy refuses to capture cuBLAS in a
+    CUDA graph, so graphs cannot give both peers the same treatment).
     """
-    try:
-        return _graph_median_ms(fn, calls, replays), "graph"
-    except Exception:
-        return _queued_median_ms(fn, calls, replays), "back-to-back"
-
-
-def _queued_median_ms(fn, calls: int, replays: int) -> float:
     import cupy
 
+    spin = cupy.RawKernel(_SPIN_SOURCE, "cutlass_sparse_spin")
+    rate_khz = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["clockRate"]
+    cycles = int(spin_ms * rate_khz)
     fn()
     times = []
     for _ in range(replays):
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        spin((1,), (1,), (cupy.int64(cycles),))
         start.record()
         for _ in range(calls):
             fn()
         stop.record()
         stop.synchronize()
         times.append(cupy.cuda.get_elapsed_time(start, stop) / calls)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def _graph_median_ms(fn, calls: int, replays: int) -> float:
-    import cupy
-
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        fn()  # warm: loads modules outside the capture
-        stream.synchronize()
-        stream.begin_capture()
-        try:
-            for _ in range(calls):
-                fn()
-        finally:
-            graph = stream.end_capture()
-        graph.launch(stream)
-        stream.synchronize()
-        times = []
-        for _ in range(replays):
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            graph.launch(stream)
-            stop.record(stream)
-            stop.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, stop) / calls)
     times.sort()
     return times[len(times) // 2]
 
