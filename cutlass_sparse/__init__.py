@@ -18,7 +18,7 @@ def emit_source(config: SparseGemmConfig | str) -> str:
 
     if isinstance(config, str):
         config = catalog.find(config)
-    return kernels.emit(config)
+    return kernels.emit(config).source
 
 
 __all__ = ["CompileError", "SparseGemmConfig", "SparseMatrix", "bfloat16", "compress", "emit_source",

@@ -49,8 +49,12 @@ class Compiled:
     seconds: float
 
 
-def compile_to_cubin(source: str, name: str, options: list[str]) -> Compiled:
-    """Compile one translation unit. Raises CompileError with the NVRTC log on failure."""
+def compile_to_cubin(source: str, name: str, options: list[str],
+                     headers: tuple[tuple[str, str], ...] = ()) -> Compiled:
+    """Compile one translation unit. Raises CompileError with the NVRTC log on failure.
+
+    headers: (include name, text) pairs NVRTC uses in place of files of those names.
+    """
     import time
 
     from cuda.bindings import nvrtc
@@ -60,7 +64,9 @@ def compile_to_cubin(source: str, name: str, options: list[str]) -> Compiled:
 
     start = time.perf_counter()
     all_options = [*options, *include_options()]
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), len(headers),
+                                         [text.encode() for _, text in headers],
+                                         [include.encode() for include, _ in headers])
     _check(err, "nvrtcCreateProgram")
     try:
         encoded = [o.encode() for o in all_options]

@@ -12,6 +12,7 @@ from cutlass_library.library import (
 
 from . import arguments
 from .description import SparseGemmConfig
+from .emitted import Emitted
 from .template import substitute
 
 TEMPLATE = """\
@@ -42,6 +43,7 @@ using Kernel = typename cutlass::gemm::kernel::DefaultSparseGemm<
 static_assert(sizeof(typename Kernel::ElementE) == 2, "metadata word must be 16-bit");
 static_assert(Kernel::kElementsPerElementE == 8, "one metadata word covers 8 stored values");
 static_assert(Kernel::kThreadCount == ${threads}, "thread count differs from the description");
+extern "C" __constant__ int ${name}_threads = Kernel::kThreadCount;
 
 ${arguments_struct}
 extern "C" __global__ void __launch_bounds__(Kernel::kThreadCount)
@@ -70,12 +72,12 @@ extern "C" __constant__ int ${name}_shared_bytes = int(sizeof(typename Kernel::S
 """
 
 
-def emit(config: SparseGemmConfig) -> str:
+def emit(config: SparseGemmConfig) -> Emitted:
     if config.family != "sm80":
         raise ValueError(f"emit_sm80 cannot emit family {config.family!r}")
     mi = config.math_instruction
     warp_shape = [config.threadblock[i] // config.warps[i] for i in range(3)]
-    return substitute(TEMPLATE, {
+    source = substitute(TEMPLATE, {
         "name": config.name,
         "family": config.family,
         "element_a": DataTypeTag[config.tensor_a.element],
@@ -96,6 +98,7 @@ def emit(config: SparseGemmConfig) -> str:
         "stages": config.stages,
         "math_operation": MathOperationTag[mi.math_operation],
         "threads": config.threads,
-        "arguments_struct": arguments.cpp_struct(),
-        "arguments_name": arguments.STRUCT_NAME,
+        "arguments_struct": arguments.SM80_GEMM.cpp(),
+        "arguments_name": arguments.SM80_GEMM.name,
     })
+    return Emitted(source, {config.name: arguments.SM80_GEMM.dtype.itemsize}, ("shared_bytes", "threads"))

@@ -1,20 +1,25 @@
 """Kernel life cycle: configuration -> emitted source -> cache key -> cached or fresh cubin.
 
 Loading never compiles twice for one key in a process; a cache hit costs one SQLite
-read. What launching needs (symbol, shared memory, threads) is read from the cubin
-the compiler produced and stored beside it.
+read. What launching needs (entry symbols, shared memory, threads, sizes) is read out
+of the cubin the compiler produced, checked, and stored beside it.
 """
 from __future__ import annotations
 
 import hashlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from . import arguments, compiler, cubin, emit_sm80, env
+from . import compiler, cubin, env
 from .cache import KernelCache, default_cache
 from .description import SparseGemmConfig
+from .emitted import Emitted
 
-EMITTERS = {"sm80": emit_sm80.emit}
+
+def _emitters():
+    from . import emit_sm80
+
+    return {"sm80": emit_sm80.emit}
 
 
 @dataclass(frozen=True)
@@ -23,16 +28,26 @@ class CompiledKernel:
     arch: str
     key: str
     cubin: bytes
-    symbol: str
-    shared_bytes: int
-    threads: int
-    from_cache: bool
-    compile_seconds: float
+    constants: dict[str, int] = field(hash=False)
+    from_cache: bool = False
+    compile_seconds: float = 0.0
+
+    @property
+    def symbol(self) -> str:
+        return self.config.name
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.constants["shared_bytes"]
+
+    @property
+    def threads(self) -> int:
+        return self.constants["threads"]
 
 
-def emit(config: SparseGemmConfig) -> str:
+def emit(config: SparseGemmConfig) -> Emitted:
     try:
-        emitter = EMITTERS[config.family]
+        emitter = _emitters()[config.family]
     except KeyError:
         raise ValueError(f"no emitter for kernel family {config.family!r}") from None
     return emitter(config)
@@ -46,9 +61,12 @@ def normalize_arch(arch: str | int) -> str:
     return f"sm_{text}"
 
 
-def cache_key(source: str, arch: str, options: list[str]) -> str:
+def cache_key(emitted: Emitted | str, arch: str, options: list[str]) -> str:
     h = hashlib.sha256()
-    for part in (env.toolchain_identity(), arch, "\n".join(options), source):
+    source = emitted if isinstance(emitted, str) else emitted.source
+    headers = () if isinstance(emitted, str) else emitted.headers
+    for part in (env.toolchain_identity(), arch, "\n".join(options), source,
+                 *(f"{name}\n{text}" for name, text in headers)):
         h.update(hashlib.sha256(part.encode()).digest())
     return h.hexdigest()
 
@@ -73,24 +91,22 @@ def get(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -
 
 
 def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) -> CompiledKernel:
-    source = emit(config)
+    emitted = emit(config)
     options = compiler.options_for(arch)
-    key = cache_key(source, arch, options)
+    key = cache_key(emitted, arch, options)
     entry = cache.get(key)
     if entry is not None:
-        meta = entry.meta
-        return CompiledKernel(config, arch, key, entry.cubin, meta["symbol"], meta["shared_bytes"],
-                              meta["threads"], True, meta["compile_seconds"])
-    compiled = compiler.compile_to_cubin(source, config.name, options)
-    shared_bytes = cubin.read_int32(compiled.cubin, f"{config.name}_shared_bytes")
-    param_bytes = cubin.kernel_param_bytes(compiled.cubin, config.name)
-    if param_bytes != arguments.DTYPE.itemsize:
-        raise compiler.CompileError(
-            config.name, f"kernel takes {param_bytes} parameter bytes, the Python argument block has "
-            f"{arguments.DTYPE.itemsize}", options, compiler._dump(source, config.name))
-    meta = {"symbol": config.name, "shared_bytes": shared_bytes, "threads": config.threads,
-            "param_bytes": param_bytes, "compile_seconds": round(compiled.seconds, 3),
+        return CompiledKernel(config, arch, key, entry.cubin, entry.meta["constants"], True,
+                              entry.meta["compile_seconds"])
+    compiled = compiler.compile_to_cubin(emitted.source, config.name, options, emitted.headers)
+    for symbol, expected in emitted.entries.items():
+        got = cubin.kernel_param_bytes(compiled.cubin, symbol)
+        if got != expected:
+            raise compiler.CompileError(
+                config.name, f"entry {symbol} takes {got} parameter bytes; the launcher passes {expected}",
+                options, compiler._dump(emitted.source, config.name))
+    constants = {c: cubin.read_int32(compiled.cubin, f"{config.name}_{c}") for c in emitted.constants}
+    meta = {"constants": constants, "compile_seconds": round(compiled.seconds, 3),
             "config": config.to_json(), "toolchain": env.toolchain_identity()}
     cache.put(key, config.name, arch, compiled.cubin, meta)
-    return CompiledKernel(config, arch, key, compiled.cubin, config.name, shared_bytes,
-                          config.threads, False, compiled.seconds)
+    return CompiledKernel(config, arch, key, compiled.cubin, constants, False, compiled.seconds)

@@ -222,7 +222,7 @@ def _resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n,
     tm, tn, _ = config.threadblock
     tiled = (cdiv(m_pad, tm), cdiv(n, tn), 1)
     swizzle = 1 << swizzle_log_tile(config.swizzle, tiled[1])
-    block = arguments.new_block()
+    block = arguments.SM80_GEMM.new_block()
     fields = block[0]
     fields["m"], fields["n"], fields["k"] = m_pad, n, k_eff
     fields["grid_m"], fields["grid_n"], fields["grid_k"] = tiled

@@ -32,7 +32,7 @@ def test_emitted_source_compiles_to_a_cubin(arch, shared_cache_path):
     compiled = kernels.get(SMALL, arch, KernelCache(shared_cache_path))
     assert compiled.cubin[:4] == b"\x7fELF"
     # What the launcher relies on, read back from the compiler's own output.
-    assert cubin.kernel_param_bytes(compiled.cubin, SMALL.name) == arguments.DTYPE.itemsize
+    assert cubin.kernel_param_bytes(compiled.cubin, SMALL.name) == arguments.SM80_GEMM.dtype.itemsize
     assert compiled.shared_bytes == cubin.read_int32(compiled.cubin, f"{SMALL.name}_shared_bytes")
     # 64x64x64, 4 stages: A 64x32 + B 64x64 halves + metadata per stage, epilogue reuses it.
     assert 40_000 < compiled.shared_bytes < 64_000
@@ -46,7 +46,7 @@ def test_cache_miss_then_hit_and_new_key_for_changed_option(tmp_path, shared_cac
     kernels._memo.clear()
     second = kernels.get(SMALL, "sm_80", cache)
     assert second.from_cache and second.cubin == first.cubin and second.key == first.key
-    source = kernels.emit(SMALL)
+    source = kernels.emit(SMALL).source
     base = kernels.cache_key(source, "sm_80", compiler.options_for("sm_80"))
     assert base == first.key
     assert kernels.cache_key(source, "sm_80", compiler.options_for("sm_80", ("-lineinfo",))) != base
@@ -91,28 +91,24 @@ def test_compile_error_carries_log_and_source():
     assert "error" in info.value.log and info.value.source_path.exists()
 
 
-def test_argument_layout_check_fails_on_drift(monkeypatch):
+def test_argument_layout_check_fails_on_drift():
     """The emitted static_asserts really bind the C++ struct to the Python layout."""
-    def probe():
-        src = "#include <cuda/std/type_traits>\n" + arguments.cpp_struct() + \
-              f'extern "C" __global__ void probe({arguments.STRUCT_NAME} a) {{}}\n'
+    def probe(layout):
+        src = "#include <cuda/std/type_traits>\n" + layout.cpp() + \
+              f'extern "C" __global__ void probe({layout.name} a) {{}}\n'
         return compiler.compile_to_cubin(src, "probe", compiler.options_for("sm_80"))
 
-    good = probe()
-    assert cubin.kernel_param_bytes(good.cubin, "probe") == arguments.DTYPE.itemsize
-    fields = list(arguments.FIELDS)
+    good = probe(arguments.SM80_GEMM)
+    assert cubin.kernel_param_bytes(good.cubin, "probe") == arguments.SM80_GEMM.dtype.itemsize
+    fields = list(arguments.SM80_GEMM.fields)
     fields[6] = ("lda", "int", np.int64)   # C++ int is 4 bytes, Python says 8
-    monkeypatch.setattr(arguments, "FIELDS", tuple(fields))
     with pytest.raises(compiler.CompileError, match="field lda has a different size"):
-        probe()
+        probe(arguments.StructLayout("Drifted", tuple(fields)))
 
 
-def test_argument_block_is_packed():
-    offset = 0
-    for name, _, np_type in arguments.FIELDS:
-        assert arguments.DTYPE.fields[name][1] == offset
-        offset += np.dtype(np_type).itemsize
-    assert offset == arguments.DTYPE.itemsize
+def test_padded_layouts_are_refused():
+    with pytest.raises(AssertionError, match="padded"):
+        arguments.StructLayout("Bad", (("a", "int", np.int32), ("b", "long long", np.int64)))
 
 
 def test_cache_refuses_world_writable_location(tmp_path):
