@@ -24,16 +24,18 @@ class Family:
     alignments_b: tuple[int, ...]
     alignments_c: tuple[int, ...]
     swizzle: int
-    tiles: tuple[tuple[tuple[int, int, int], tuple[int, int, int], int], ...]  # (threadblock, warps, stages)
+    # (threadblock, warps, stages, cluster, schedule); the last two only for sm90
+    tiles: tuple[tuple, ...]
 
     def config(self, tile, element: str, element_out: str, layout_b: str,
                alignment_b: int, alignment_c: int) -> SparseGemmConfig:
-        threadblock, warps, stages = tile
+        threadblock, warps, stages, cluster, schedule = tile
         return SparseGemmConfig(
             family=self.name, element=element, element_out=element_out, layout_b=layout_b,
             threadblock=threadblock, warps=warps, stages=stages, instruction=self.instruction,
             alignment_a=8, alignment_b=alignment_b, alignment_c=alignment_c,
-            swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator)
+            swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
+            cluster=cluster, schedule=schedule)
 
     def out_types(self, element: str) -> tuple[str, ...]:
         return tuple(element if o == "same" else o for o in self.outputs)
@@ -61,13 +63,15 @@ def load(family: str) -> Family:
         accumulator=data["accumulator"], inputs=tuple(data["inputs"]), outputs=tuple(data["outputs"]),
         layouts_b=tuple(data["layouts_b"]), alignments_b=tuple(data["alignments_b"]),
         alignments_c=tuple(data["alignments_c"]), swizzle=data["swizzle"],
-        tiles=tuple((tuple(t["threadblock"]), tuple(t["warps"]), t["stages"]) for t in data["tile"]),
+        tiles=tuple((tuple(t["threadblock"]), tuple(t["warps"]), t["stages"],
+                     tuple(t.get("cluster", (1, 1, 1))), t.get("schedule", "none")) for t in data["tile"]),
     )
 
 
-def find(name: str, family: str = "sm80") -> SparseGemmConfig:
-    """The configuration with this procedural name, among every one the catalog can build."""
-    for config in load(family).enumerate(widest_only=False):
-        if config.name == name:
-            return config
-    raise ValueError(f"no configuration named {name!r} in catalog {family!r}")
+def find(name: str, family: str | None = None) -> SparseGemmConfig:
+    """The configuration with this procedural name, among every one the catalogs can build."""
+    for fam in (family,) if family else ("sm80", "sm90"):
+        for config in load(fam).enumerate(widest_only=False):
+            if config.name == name:
+                return config
+    raise ValueError(f"no configuration named {name!r} in catalog {family or 'sm80/sm90'!r}")

@@ -27,6 +27,8 @@ from . import dtypes
 ROW_GROUP = 32      # metadata rows are interleaved within groups of 32
 K_MULTIPLE = 128    # stored K is padded to a multiple of the widest threadblock K
 LAYOUT_SM80 = "sm80"
+LAYOUT_SM90 = "sm90"
+LAYOUTS = (LAYOUT_SM80, LAYOUT_SM90)
 
 
 def _xp(array):
@@ -117,8 +119,14 @@ class SparseMatrix:
     metadata: object                # uint16 [K_pad/32, 2*M_pad] (ColumnMajorInterleaved<2>)
     layout: str = LAYOUT_SM80       # which kernel family's metadata layout this is
 
+    def _require_sm80(self, what: str) -> None:
+        if self.layout != LAYOUT_SM80:
+            raise ValueError(f"{what} reads the sm80 layout; this matrix is {self.layout!r}")
+
     @property
     def padded_shape(self) -> tuple[int, int]:
+        """(M, K) of the stored sm80 operand, padding included."""
+        self._require_sm80("padded_shape")
         return self.values.shape[0], self.values.shape[1] * 2
 
     @property
@@ -143,13 +151,36 @@ class SparseMatrix:
 
     def plain_metadata(self):
         """The [M_pad, K_pad/16] metadata words before CUTLASS's reorder."""
+        self._require_sm80("plain_metadata")
         xp = _xp(self.metadata)
         m_pad, k_pad = self.padded_shape
         offsets = _reorder_offsets(xp, m_pad, k_pad // 16)
         return self.metadata.reshape(-1)[offsets]
 
+    def to_layout(self, layout: str) -> "SparseMatrix":
+        """The same matrix compressed for another kernel family (an explicit conversion)."""
+        if layout == self.layout:
+            return self
+        dense = self.to_dense()
+        if layout == LAYOUT_SM90 and _xp(dense) is np:
+            import cupy
+
+            dense = cupy.asarray(dense)
+        return compress(dense, layout)
+
     def to_dense(self):
-        """The [M, K] matrix this represents (numpy or cupy, like the stored values)."""
+        """The [M, K] matrix this represents (numpy or cupy, like the stored values).
+
+        sm90: computed on the GPU as this matrix times the identity (exact: every output
+        is one stored value times 1), so it reads the layout the way the kernel does.
+        """
+        if self.layout == LAYOUT_SM90:
+            import cupy
+
+            from .matmul import matmul
+
+            eye = _from_f32(cupy.eye(self.shape[1], dtype=cupy.float32), self.dtype)
+            return _from_f32(matmul(self, eye, out_dtype="f32"), self.dtype)
         xp = _xp(self.values)
         m_pad, k_pad = self.padded_shape
         words = self.plain_metadata().astype(xp.int32)
@@ -165,14 +196,34 @@ class SparseMatrix:
         return dense.reshape(m_pad, k_pad)[:m, :k].copy().view(self.dtype)
 
 
-def compress(dense, layout: str = LAYOUT_SM80) -> SparseMatrix:
-    """Compress a 2:4 sparse [M, K] matrix (numpy or cupy) for the given kernel family.
+def default_layout(dense) -> str:
+    """The metadata layout of the kernel family that will run on dense's device."""
+    if _xp(dense) is np:
+        return LAYOUT_SM80
+    return LAYOUT_SM90 if dense.device.compute_capability == "90" else LAYOUT_SM80
 
+
+def _from_f32(array, dtype):
+    """float32 cupy -> f16/bf16, exact for values representable in the target (bf16 by
+    dropping the low 16 bits, so CuPy needs no bf16 arithmetic)."""
+    import cupy
+
+    if np.dtype(dtype) == dtypes.bfloat16:
+        return (cupy.ascontiguousarray(array).view(cupy.uint32) >> 16).astype(cupy.uint16).view(dtype)
+    return array.astype(dtype)
+
+
+def compress(dense, layout: str | None = None) -> SparseMatrix:
+    """Compress a 2:4 sparse [M, K] matrix for one kernel family's layout.
+
+    layout: "sm80" (numpy or cupy; any shape) or "sm90" (cupy on an sm_90 GPU, K a
+    multiple of 16). Default: "sm90" for a cupy matrix on an sm_90 GPU, else "sm80".
     Raises ValueError naming the first row and group with more than two non-zeros.
     """
-    if layout != LAYOUT_SM80:
-        raise ValueError(f"layout {layout!r}: only {LAYOUT_SM80!r} metadata is supported")
-    xp, _ = _check_matrix(dense, "dense")
+    xp, element = _check_matrix(dense, "dense")
+    layout = layout or default_layout(dense)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} must be one of {LAYOUTS}")
     m, k = dense.shape
     if m == 0 or k == 0:
         raise ValueError(f"dense must be non-empty, got shape {(m, k)}")
@@ -189,6 +240,13 @@ def compress(dense, layout: str = LAYOUT_SM80) -> SparseMatrix:
             f"dense is not 2:4 sparse: row {row}, columns {4 * group}..{4 * group + 3} hold "
             f"{int(counts[row, group])} non-zeros (at most 2 per group of 4 along K); "
             f"use cutlass_sparse.prune_2to4 first")
+    if layout == LAYOUT_SM90:
+        if xp is np:
+            raise TypeError("layout 'sm90' compresses on the GPU: pass a cupy array")
+        from . import sm90
+
+        values, metadata = sm90.compress(dense, element)
+        return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout)
 
     # Indices of the first and second non-zero (-1 if absent), without sorting.
     seen = xp.cumsum(nonzero, axis=-1)

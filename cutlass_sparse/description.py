@@ -16,6 +16,8 @@ from cutlass_library.gemm_operation import GemmOperation
 from cutlass_library.library import (
     DataType,
     EpilogueFunctor,
+    EpilogueScheduleType,
+    KernelScheduleType,
     GemmKind,
     LayoutType,
     MathInstruction,
@@ -32,6 +34,12 @@ LAYOUTS = {"row": LayoutType.RowMajor, "col": LayoutType.ColumnMajor}
 SWIZZLES = {1: SwizzlingFunctor.Identity1, 2: SwizzlingFunctor.Identity2,
             4: SwizzlingFunctor.Identity4, 8: SwizzlingFunctor.Identity8}
 EPILOGUES = {"linear_combination": EpilogueFunctor.LinearCombination}
+FAMILIES = ("sm80", "sm90")
+# sm90 warp-specialized schedules: (kernel schedule, epilogue schedule) in cutlass_library terms.
+SCHEDULES = {
+    "cooperative": (KernelScheduleType.TmaWarpSpecializedCooperative, EpilogueScheduleType.TmaWarpSpecializedCooperative),
+    "pingpong": (KernelScheduleType.TmaWarpSpecializedPingpong, EpilogueScheduleType.TmaWarpSpecialized),
+}
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,9 @@ class SparseGemmConfig:
     min_compute: int = 80
     accumulator: str = "f32"
     epilogue: str = "linear_combination"
+    # CUTLASS 3.x (family sm90) only: thread-block cluster and warp-specialized schedule.
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    schedule: str = "none"           # sm90: "cooperative" | "pingpong"
 
     def __post_init__(self):
         checks = [
@@ -62,6 +73,9 @@ class SparseGemmConfig:
             (self.swizzle in SWIZZLES, f"swizzle {self.swizzle} must be one of {sorted(SWIZZLES)}"),
             (self.epilogue in EPILOGUES, f"epilogue {self.epilogue!r} must be one of {sorted(EPILOGUES)}"),
             (self.threadblock[2] % 64 == 0, "threadblock K must be a multiple of 64"),
+            (self.family in FAMILIES, f"family {self.family!r} must be one of {sorted(FAMILIES)}"),
+            ((self.schedule in SCHEDULES) == (self.family == "sm90"),
+             f"schedule {self.schedule!r}: sm90 takes one of {sorted(SCHEDULES)}, sm80 none"),
         ]
         for ok, message in checks:
             if not ok:
@@ -69,16 +83,22 @@ class SparseGemmConfig:
 
     # -- cutlass_library descriptions -------------------------------------------------
 
+    @property
+    def is_3x(self) -> bool:
+        return self.family == "sm90"
+
     @functools.cached_property
     def math_instruction(self) -> MathInstruction:
+        opcode = OpcodeClass.SparseTensorOp if self.is_3x else OpcodeClass.TensorOp
         return MathInstruction(list(self.instruction), dtypes.data_type(self.element),
                                dtypes.data_type(self.element), dtypes.data_type(self.accumulator),
-                               OpcodeClass.TensorOp, MathOperation.multiply_add)
+                               opcode, MathOperation.multiply_add)
 
     @functools.cached_property
     def tile_description(self) -> TileDescription:
         return TileDescription(list(self.threadblock), self.stages, list(self.warps),
-                               self.math_instruction, self.min_compute, 1024)
+                               self.math_instruction, self.min_compute,
+                               self.min_compute if self.is_3x else 1024, list(self.cluster))
 
     @property
     def tensor_a(self) -> TensorDescription:
@@ -108,6 +128,13 @@ class SparseGemmConfig:
 
     @functools.cached_property
     def operation(self) -> GemmOperation:
+        if self.is_3x:
+            kernel_schedule, epilogue_schedule = SCHEDULES[self.schedule]
+            return GemmOperation(GemmKind.SparseUniversal3x, self.min_compute, self.tile_description,
+                                 self.tensor_a, self.tensor_b, self.tensor_c,
+                                 dtypes.data_type(self.accumulator), self.epilogue_functor,
+                                 SwizzlingFunctor.Identity1, kernel_schedule=kernel_schedule,
+                                 epilogue_schedule=epilogue_schedule)
         return GemmOperation(GemmKind.Sparse, self.min_compute, self.tile_description,
                              self.tensor_a, self.tensor_b, self.tensor_c,
                              dtypes.data_type(self.accumulator), self.epilogue_functor,
@@ -121,7 +148,7 @@ class SparseGemmConfig:
         name = self.operation.procedural_name()
         if (self.alignment_b, self.alignment_c) != (self.alignment_a, self.alignment_a):
             name += f"_b{self.alignment_b}c{self.alignment_c}"
-        return f"{name}_swz{self.swizzle}"
+        return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
 
     @functools.cached_property
     def key(self) -> str:
@@ -139,6 +166,25 @@ class SparseGemmConfig:
     @classmethod
     def from_json(cls, data: dict) -> "SparseGemmConfig":
         fields = dict(data)
-        for f in ("threadblock", "warps", "instruction"):
+        for f in ("threadblock", "warps", "instruction", "cluster"):
             fields[f] = tuple(fields[f])
         return cls(**fields)
+
+
+@dataclass(frozen=True)
+class CompressorConfig:
+    """CUTLASS's sm90 2:4 compressor for one element type (family "sm90_compressor")."""
+
+    element: str
+    family: str = "sm90_compressor"
+
+    @property
+    def data_type(self) -> DataType:
+        return dtypes.data_type(self.element)
+
+    @property
+    def name(self) -> str:
+        return f"cutlass3x_sm90_sparse_compressor_{self.element}"
+
+    def to_json(self) -> dict:
+        return asdict(self)

@@ -17,9 +17,9 @@ from .emitted import Emitted
 
 
 def _emitters():
-    from . import emit_sm80
+    from . import emit_sm80, emit_sm90
 
-    return {"sm80": emit_sm80.emit}
+    return {"sm80": emit_sm80.emit, "sm90": emit_sm90.emit, "sm90_compressor": emit_sm90.emit_compressor}
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,8 @@ def _row_stride(array, cols: int) -> int:
 
 
 def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0.0, c=None,
-           out_dtype=None, config: str | SparseGemmConfig | None = None, info: dict | None = None):
+           out_dtype=None, config: str | SparseGemmConfig | None = None, family: str | None = None,
+           info: dict | None = None):
     """y = alpha * (sw @ x) + beta * c, computed by a CUTLASS 2:4 sparse tensor-core kernel.
 
     sw: SparseMatrix [M, K] (from cs.compress, on the device). x: device array [K, N],
@@ -98,14 +99,25 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     row-major of the output dtype (x's dtype, or f32 with out_dtype="f32"). Returns a
     CuPy [M, N] row-major array (`out` if given). Runs on the current CuPy stream and
     never synchronizes. `info`, if a dict, receives what was chosen.
+
+    family: "sm80" (CUTLASS 2.x, mma.sp, any shape) or "sm90" (CUTLASS 3.x, wgmma.sp +
+    TMA, sm_90 GPUs). Default: the family sw was compressed for (cs.compress picks sm90
+    on an sm_90 GPU). A matrix compressed for one family is refused by the other:
+    convert it with sw.to_layout(family).
     """
     import cupy
 
     # -- operands ---------------------------------------------------------------
     if not isinstance(sw, SparseMatrix):
         raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (from cs.compress), got {type(sw).__name__}")
-    if sw.layout != FAMILY:
-        raise ValueError(f"sw has metadata layout {sw.layout!r}; the {FAMILY} kernels read {FAMILY!r} metadata")
+    family = family or sw.layout
+    if family not in ("sm80", "sm90"):
+        raise ValueError(f"family {family!r} must be 'sm80' or 'sm90'")
+    if sw.layout != family:
+        raise ValueError(f"sw is compressed in the {sw.layout!r} layout; the {family} kernels read "
+                         f"{family!r} metadata: convert with sw.to_layout({family!r}) or pass family={sw.layout!r}")
+    if isinstance(config, str):
+        config = catalog.find(config, family)
     if not sw.is_device:
         raise TypeError("sw holds host (numpy) arrays; call sw.to_device() or compress a cupy array")
     x = as_device_array(x, "x")
@@ -133,6 +145,8 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
             raise ValueError("beta is non-zero but c is None")
         c = _check_output_like(c, "c", m, n, np_out, device_id)
     layout_b, ldb = _matrix_layout(x, "x")
+    if family == "sm90":
+        return _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info)
     m_pad, k_stored = sw.padded_shape
     fam = catalog.load(FAMILY)
 
@@ -152,8 +166,6 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
             c_full, ldc = c, _row_stride(c, n)
 
         # -- kernel choice --------------------------------------------------------
-        if isinstance(config, str):
-            config = catalog.find(config, FAMILY)
         tile_k = config.threadblock[2] if config else \
             selection.choose_tile(FAMILY, m_pad, n, k, sm_count)[0][2]
         k_eff = cdiv(k, tile_k) * tile_k
@@ -227,6 +239,35 @@ def _resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n,
     fields["m"], fields["n"], fields["k"] = m_pad, n, k_eff
     fields["grid_m"], fields["grid_n"], fields["grid_k"] = tiled
     return _Launch(kernel, (tiled[0] * swizzle, cdiv(tiled[1], swizzle), tiled[2]), block)
+
+
+def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info):
+    import cupy
+
+    from . import sm90
+
+    m, k = sw.shape
+    n = x.shape[1]
+    np_out = dtypes.numpy_dtype(element_out)
+    with cupy.cuda.Device(x.device.id):
+        d = out if out is not None else cupy.empty((m, n), dtype=np_out)
+        c_full = c if beta != 0.0 else d
+        ldd, ldc = _row_stride(d, n), _row_stride(c_full, n)
+        # TMA: 16-byte aligned bases and leading dimensions.
+        for what, array, ld in (("x", x, ldb), ("out", d, ldd), ("c", c_full, ldc)):
+            item = array.dtype.itemsize
+            if array.data.ptr % 16 or (ld * item) % 16:
+                raise ValueError(
+                    f"{what} (leading dimension {ld}, address {array.data.ptr:#x}) breaks the sm90 kernels' "
+                    f"TMA rule: 16-byte aligned address and leading dimension a multiple of {16 // item} "
+                    f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
+        if config is None:
+            tile = selection.choose_tile("sm90", m, n, k, _device_facts(x.device.id)[1])
+            config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, 16 // np_out.itemsize)
+        else:
+            _check_config_fits(config, element, element_out, layout_b, 8, 16 // np_out.itemsize)
+        sm90.matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info)
+        return d
 
 
 def _check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c) -> None:

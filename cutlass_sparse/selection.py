@@ -43,6 +43,9 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
     Needs no GPU: the CLI's compile-only mode and cache warm-up use it.
     """
     fam = catalog.load(family)
+    if family == "sm90":   # TMA: fixed 16-byte vectors (matmul refuses operands that break them)
+        tile = choose_tile(family, m, n, k, sm_count)
+        return fam.config(tile, element, element_out, layout_b, 8, 16 // dtypes.numpy_dtype(element_out).itemsize)
     if n == 1:
         layout_b = "col"   # matmul reads a single column as column-major
     m_pad = cdiv(m, 32) * 32

@@ -11,8 +11,10 @@ from .description import SparseGemmConfig
 def _compile_one(args) -> tuple[str, str, float]:
     config_json, arch = args
     from . import kernels
+    from .description import CompressorConfig
 
-    config = SparseGemmConfig.from_json(config_json)
+    config = (CompressorConfig(**config_json) if config_json.get("family") == "sm90_compressor"
+              else SparseGemmConfig.from_json(config_json))
     start = time.perf_counter()
     try:
         compiled = kernels.get(config, arch)

@@ -36,6 +36,8 @@ def parse_args(argv=None):
     p.add_argument("--out-dtype", default=None, choices=["f16", "bf16", "f32"])
     p.add_argument("--layout-b", default="row", choices=["row", "col"])
     p.add_argument("--config", default=None, help="procedural name of a catalog configuration")
+    p.add_argument("--family", default=None, choices=["sm80", "sm90"],
+                   help="kernel family (default: sm90 on an sm_90 GPU or for --arch sm_90a, else sm80)")
     p.add_argument("--arch", default=None, help="compile target without a GPU (default sm_80), e.g. sm_90")
     p.add_argument("--emit-only", action="store_true", help="write the emitted C++ and stop")
     p.add_argument("--emit-path", default=None, help="where --emit-only writes (default: stdout)")
@@ -47,13 +49,14 @@ def parse_args(argv=None):
 def planned_config(args, sm_count: int):
     """The configuration matmul would choose for contiguous operands of this shape."""
     if args.config:
-        return catalog.find(args.config)
+        return catalog.find(args.config, args.family)
     return selection.config_for_shape(args.m, args.n, args.k, args.dtype, args.out_dtype or args.dtype,
-                                      args.layout_b, sm_count)
+                                      args.layout_b, sm_count, args.family)
 
 
 def compile_only(args) -> int:
     arch = kernels.normalize_arch(args.arch or "sm_80")
+    args.family = args.family or ("sm90" if arch == "sm_90a" else "sm80")
     config = planned_config(args, sm_count=132)
     print(f"config        {config.name}")
     print(f"arch          {arch}")
@@ -72,7 +75,7 @@ def run_on_gpu(args) -> int:
     x_host = rng.standard_normal((args.k, args.n), dtype=np.float32).astype(np_dtype)
     x = cupy.asarray(x_host) if args.layout_b == "row" else cupy.asfortranarray(cupy.asarray(x_host))
     w = cs.prune_2to4(w)
-    sw = cs.compress(w)
+    sw = cs.compress(w, layout=args.family)
 
     info: dict = {}
     start = time.perf_counter()
@@ -117,6 +120,7 @@ def run_on_gpu(args) -> int:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.emit_only:
+        args.family = args.family or ("sm90" if args.arch and kernels.normalize_arch(args.arch) == "sm_90a" else "sm80")
         config = planned_config(args, sm_count=132)
         source = cs.emit_source(config)
         if args.emit_path:

@@ -13,6 +13,7 @@ HAS_GPU = reference.gpu_available()
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped cleanly without one)")
+    config.addinivalue_line("markers", "slow_compile: compiles a CUTLASS 3.x kernel (minutes)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,6 +16,11 @@ SHAPES = [
     (300, 1000, 256), (512, 16, 4096), (2, 2, 32), (64, 6, 64), (1024, 1, 1024), (45, 200, 72),
     (160, 96, 2000), (4096, 128, 4096), (1376, 64, 512), (31, 33, 35),
 ]
+# sm90 (TMA): K a multiple of 16, row-major N a multiple of 8.
+SM90_SHAPES = [
+    (128, 128, 128), (256, 512, 1024), (1000, 64, 512), (4096, 16, 4096), (4096, 128, 4096),
+    (300, 8, 256), (2048, 2048, 2048), (33, 24, 128), (64, 64, 64), (512, 96, 16), (1376, 512, 4096),
+]
 DTYPES = ["f16", "bf16"]
 LAYOUTS = ["row", "col"]
 # Extra (shape, dtype, out dtype, layout) combinations used by the other GPU tests.
@@ -32,6 +37,23 @@ def cases():
             for layout in LAYOUTS:
                 yield shape, dtype, dtype, layout
     yield from EXTRA
+
+
+def sm90_configs(sm_count: int = 132):
+    from cutlass_sparse import catalog, selection
+
+    fam = catalog.load("sm90")
+    for m, n, k in SM90_SHAPES + [(256, 64, 256), (200, 64, 256), (128, 64, 128), (200, 64, 256)]:
+        for dtype in DTYPES:
+            for layout in LAYOUTS:
+                tile = selection.choose_tile("sm90", m, n, k, sm_count)
+                yield fam.config(tile, dtype, dtype, layout, 8, 8)
+    tile = selection.choose_tile("sm90", 256, 64, 256, sm_count)
+    yield fam.config(tile, "bf16", "f32", "row", 8, 4)
+    for k in (128, 256, 200):
+        tile = selection.choose_tile("sm90", 200, k, 200, sm_count)   # to_dense: sw @ I_K
+        for dtype in DTYPES:
+            yield fam.config(tile, dtype, "f32", "row", 8, 4)
 
 
 def configs(sm_count: int = 132):
@@ -52,8 +74,15 @@ if __name__ == "__main__":
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--sm-count", type=int, default=132)
+    parser.add_argument("--family", default="sm80", choices=["sm80", "sm90"])
     args = parser.parse_args()
-    results = warmup.compile_all(list(configs(args.sm_count)), args.arch, args.jobs)
+    if args.family == "sm90":
+        from cutlass_sparse.description import CompressorConfig
+
+        wanted = [CompressorConfig(d) for d in DTYPES] + list(sm90_configs(args.sm_count))
+    else:
+        wanted = list(configs(args.sm_count))
+    results = warmup.compile_all(wanted, args.arch, args.jobs)
     for name, status, seconds in results:
         print(f"{status:10s} {seconds:6.1f} s  {name}")
     sys.exit(any(status.startswith("failed") for _, status, _ in results))

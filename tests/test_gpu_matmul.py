@@ -1,4 +1,5 @@
-"""cs.matmul on the GPU against a float32 dense reference. Marked gpu: skipped without one."""
+"""cs.matmul with the sm80 family (CUTLASS 2.x) on the GPU against a float32 dense
+reference. Marked gpu: skipped without one."""
 import json
 import os
 import subprocess
@@ -35,7 +36,7 @@ def random_operands(m, n, k, dtype, layout, seed):
     x = _cast(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
     if layout == "col":
         x = cupy.asfortranarray(x)
-    return w, cs.compress(w), x
+    return w, cs.compress(w, layout="sm80"), x
 
 
 def _cast(array, np_dtype):
@@ -131,7 +132,7 @@ def test_gpu_compression_matches_numpy_bit_for_bit(dtype):
     pruned_host = cs.prune_2to4(w)
     pruned_dev = cs.prune_2to4(cupy.asarray(w))
     np.testing.assert_array_equal(pruned_dev.get().view(np.uint16), pruned_host.view(np.uint16))
-    host, dev = cs.compress(pruned_host), cs.compress(pruned_dev)
+    host, dev = cs.compress(pruned_host), cs.compress(pruned_dev, layout="sm80")
     np.testing.assert_array_equal(dev.values.get().view(np.uint16), host.values.view(np.uint16))
     np.testing.assert_array_equal(dev.metadata.get(), host.metadata)
     np.testing.assert_array_equal(dev.to_dense().get().view(np.uint16), pruned_host.view(np.uint16))
@@ -153,7 +154,7 @@ w = cs.prune_2to4(rng.standard_normal((128, 64), dtype=cupy.float32).astype(cupy
 x = rng.standard_normal((64, 32), dtype=cupy.float32).astype(cupy.float16)
 info = {}
 t = time.perf_counter()
-y = cs.matmul(cs.compress(w), x, info=info)
+y = cs.matmul(cs.compress(w, layout="sm80"), x, info=info)
 cupy.cuda.get_current_stream().synchronize()
 err = reference.relative_error(y, reference.to_float32(w) @ reference.to_float32(x))
 print(info["from_cache"], err, (time.perf_counter() - t) * 1e3)
@@ -202,7 +203,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="out_dtype"):
         cs.matmul(sw, x, out_dtype="bf16")
     with pytest.raises(ValueError, match="not 2:4 sparse: row"):
-        cs.compress(cupy.ones((32, 16), dtype=cupy.float16))
+        cs.compress(cupy.ones((32, 16), dtype=cupy.float16), layout="sm80")
     cupy.cuda.get_current_stream().synchronize()   # nothing faulted on the device
 
 

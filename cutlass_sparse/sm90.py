@@ -1,0 +1,172 @@
+"""The Hopper family at run time: compression with CUTLASS's sm90 compressor, and the
+two-launch GEMM (setup builds Params and TMA descriptors on the device, then the kernel).
+
+Launch rules (TMA): every operand's base address 16-byte aligned and its leading
+dimension a multiple of 16 bytes; K a multiple of 8. Problems outside them get a clear
+error that names family="sm80", whose kernels take any shape.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from . import dtypes, kernels, runtime, tma
+from .description import CompressorConfig, SparseGemmConfig
+from .emit_sm90 import INFO_FIELDS, SETUP, COMPRESS
+
+LAYOUT = "sm90"
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _arch(device_id: int) -> str:
+    import cupy
+
+    cc = cupy.cuda.Device(device_id).compute_capability
+    if cc != "90":
+        raise ValueError(f"the sm90 kernel family needs a compute capability 9.0 GPU; device {device_id} "
+                         f"is sm_{cc}: use family='sm80' (compress(..., layout='sm80'))")
+    return "sm_90a"
+
+
+# -- compression ---------------------------------------------------------------------
+
+def compress(dense, element: str):
+    """values and metadata of a 2:4 [M, K] cupy matrix in CUTLASS's sm90 layout."""
+    import cupy
+
+    m, k = dense.shape
+    if k % 16:
+        raise ValueError(f"dense has K = {k}: the sm90 layout needs K a multiple of 16 "
+                         f"(pad K, or use layout='sm80', which takes any K)")
+    device_id = dense.device.id
+    compiled = kernels.get(CompressorConfig(element), _arch(device_id))
+    c = compiled.constants
+    values = cupy.zeros(_round_up(m, c["a_align_m"]) * (_round_up(k, c["a_align_k"]) // c["a_sparsity"]),
+                        dtype=dense.dtype)
+    metadata = cupy.zeros(_round_up(m, c["e_align_m"]) * (_round_up(k, c["e_align_k"]) // c["e_sparsity"]),
+                          dtype=cupy.uint8)
+    dense = cupy.ascontiguousarray(dense)
+    block = COMPRESS.new_block()
+    f = block[0]
+    f["dense"], f["values"], f["metadata"] = dense.data.ptr, values.data.ptr, metadata.data.ptr
+    f["ld_dense"], f["m"], f["k"] = k, m, k
+    grid = (-(-_round_up(m, c["max_align_m"]) // c["atom_m"]), -(-_round_up(k, c["max_align_k"]) // c["atom_k"]), 1)
+    with cupy.cuda.Device(device_id):
+        runtime.load(compiled).launch(device_id, grid, block)
+    return values, metadata
+
+
+# -- GEMM ------------------------------------------------------------------------------
+
+class _Templates:
+    """Per (kernel, device): the host-encoded TMA descriptor templates, made on first use."""
+
+    def __init__(self):
+        self._by_device: dict[tuple[str, int], object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str, device_id: int, make):
+        found = self._by_device.get((key, device_id))
+        if found is None:
+            with self._lock:
+                found = self._by_device.get((key, device_id))
+                if found is None:
+                    found = self._by_device[(key, device_id)] = make()
+        return found
+
+
+_templates = _Templates()
+_launch_info: dict[tuple, np.ndarray] = {}
+
+# Params depend only on pointers, strides, sizes and scalars, never on data: a call that
+# repeats all of them (a plan, a benchmark, a weight applied to the same buffers) reuses
+# the Params built last time and launches the GEMM alone.
+_PARAMS_CACHE_SIZE = 64
+_params_cache: "OrderedDict[tuple, object]" = OrderedDict()
+_params_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=64)
+def _sm_count(device_id: int) -> int:
+    import cupy
+
+    return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
+
+
+def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig, ldb: int,
+           ldc: int, ldd: int, info: dict | None):
+    """Launch setup + GEMM on the current stream. Operands are validated by the caller."""
+    import cupy
+
+    device_id = x.device.id
+    arch = _arch(device_id)
+    m, k = sw.shape
+    n = x.shape[1]
+    compiled = kernels.get(config, arch)
+    loaded = runtime.load(compiled)
+    signature = (compiled.key, device_id, sw.values.data.ptr, sw.metadata.data.ptr, x.data.ptr,
+                 c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, m, n, k, float(alpha), float(beta))
+    with _params_lock:
+        cached = _params_cache.get(signature)
+        if cached is not None:
+            _params_cache.move_to_end(signature)
+    if cached is not None:
+        params, grid = cached
+        loaded.launch(device_id, grid, (params,))
+        if info is not None:
+            info.update(config=config.name, arch=arch, from_cache=compiled.from_cache,
+                        compile_seconds=compiled.compile_seconds, grid=grid, k_padded=False)
+        return
+    params = cupy.empty(compiled.constants["params_bytes"], dtype=cupy.uint8)
+    info_out = cupy.zeros(len(INFO_FIELDS), dtype=cupy.int64)
+
+    block = SETUP.new_block()
+    f = block[0]
+    f["a"], f["e"], f["b"] = sw.values.data.ptr, sw.metadata.data.ptr, x.data.ptr
+    f["c"], f["d"] = c_full.data.ptr, d.data.ptr
+    f["params_out"], f["info_out"] = params.data.ptr, info_out.data.ptr
+    f["ldb"], f["ldc"], f["ldd"] = ldb, ldc, ldd
+    f["m"], f["n"], f["k"] = m, n, k
+    f["sm_count"] = _sm_count(device_id)
+    f["alpha"], f["beta"] = alpha, beta
+    setup = f"{compiled.symbol}_setup"
+
+    def make_templates():
+        # First use on this device: let the setup leave CuTe's recipes, encode them here.
+        recipes = cupy.zeros(16 * 128, dtype=cupy.uint8)
+        first = block.copy()
+        first[0]["recipes_out"] = recipes.data.ptr
+        loaded.launch(device_id, (1, 1, 1), first, symbol=setup, threads=1, shared_bytes=0)
+        slots = int(info_out[5].get())
+        if slots == 0 or slots > 16:
+            raise RuntimeError(f"{compiled.symbol}: setup found {slots} TMA descriptor slots")
+        return cupy.asarray(tma.templates(recipes.get().tobytes(), slots))
+
+    templates = _templates.get(compiled.key, device_id, make_templates)
+    f["templates"] = templates.data.ptr
+    loaded.launch(device_id, (1, 1, 1), block, symbol=setup, threads=1, shared_bytes=0)
+
+    shape_key = (compiled.key, device_id, m, n, k)
+    launch_info = _launch_info.get(shape_key)
+    if launch_info is None:
+        launch_info = _launch_info[shape_key] = info_out.get()   # one sync per new problem shape
+        if not launch_info[4]:
+            raise ValueError(f"CUTLASS cannot implement {m}x{n}x{k} with {compiled.symbol} "
+                             f"(alignment or size): use family='sm80'")
+        if launch_info[3]:
+            raise RuntimeError(f"{compiled.symbol} needs {launch_info[3]} workspace bytes; not provided yet")
+    grid = tuple(int(v) for v in launch_info[:3])
+    loaded.launch(device_id, grid, (params,))
+    with _params_lock:
+        _params_cache[signature] = (params, grid)
+        while len(_params_cache) > _PARAMS_CACHE_SIZE:
+            _params_cache.popitem(last=False)
+    if info is not None:
+        info.update(config=config.name, arch=arch, from_cache=compiled.from_cache,
+                    compile_seconds=compiled.compile_seconds, grid=grid, k_padded=False)

@@ -1,0 +1,97 @@
+"""The sm90 family (CUTLASS 3.x: wgmma.sp + TMA) on an sm_90 GPU, against a float32 dense
+reference. Marked gpu: skipped without a GPU; skipped on GPUs other than sm_90."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cutlass_sparse as cs
+from cutlass_sparse import dtypes, reference
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_cases  # noqa: E402
+from test_gpu_matmul import TOLERANCE, _cast, check, poisoned  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def needs_sm90():
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+
+
+def operands(m, n, k, dtype, layout, seed):
+    import cupy
+
+    rng = cupy.random.default_rng(seed)
+    np_dtype = dtypes.numpy_dtype(dtype)
+    w = cs.prune_2to4(_cast(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
+    x = _cast(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
+    if layout == "col":
+        x = cupy.asfortranarray(x)
+    return w, cs.compress(w, layout="sm90"), x
+
+
+@pytest.mark.parametrize("layout", gpu_cases.LAYOUTS)
+@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
+@pytest.mark.parametrize("shape", gpu_cases.SM90_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_sm90_matmul_matches_dense(shape, dtype, layout):
+    m, n, k = shape
+    w, sw, x = operands(m, n, k, dtype, layout, seed=hash((shape, dtype, layout)) % 2**31)
+    assert sw.layout == "sm90"
+    info = {}
+    y = cs.matmul(sw, x, out=poisoned((m, n), dtypes.numpy_dtype(dtype)), info=info)
+    assert info["config"].startswith("cutlass3x_sm90_sptensorop")
+    check(y, w, x, dtype)
+
+
+def test_default_family_on_sm90_is_sm90():
+    w, _, x = operands(256, 64, 256, "f16", "row", seed=1)
+    sw = cs.compress(w)
+    assert sw.layout == "sm90"
+    info = {}
+    check(cs.matmul(sw, x, info=info), w, x, "f16")
+    assert info["config"].startswith("cutlass3x_sm90")
+
+
+def test_alpha_beta_and_f32_output():
+    import cupy
+
+    w, sw, x = operands(256, 64, 256, "bf16", "row", seed=2)
+    c = cupy.random.default_rng(3).standard_normal((256, 64), dtype=cupy.float32)
+    y = cs.matmul(sw, x, out_dtype="f32", alpha=0.5, beta=2.0, c=c)
+    check(y, w, x, "bf16", alpha=0.5, beta=2.0, c=c)
+
+
+@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
+def test_sm90_to_dense_and_layout_conversion(dtype):
+    w, sw, x = operands(200, 64, 256, dtype, "row", seed=4)
+    back = sw.to_dense()
+    np.testing.assert_array_equal(back.get().view(np.uint16), w.get().view(np.uint16))
+    sw80 = sw.to_layout("sm80")
+    assert sw80.layout == "sm80"
+    check(cs.matmul(sw80, x), w, x, dtype)
+    check(cs.matmul(sw80.to_layout("sm90"), x), w, x, dtype)
+
+
+def test_layouts_are_not_interchangeable():
+    w, sw, x = operands(128, 64, 128, "f16", "row", seed=5)
+    sw80 = cs.compress(w, layout="sm80")
+    with pytest.raises(ValueError, match="compressed in the 'sm80' layout; the sm90 kernels"):
+        cs.matmul(sw80, x, family="sm90")
+    with pytest.raises(ValueError, match="compressed in the 'sm90' layout; the sm80 kernels"):
+        cs.matmul(sw, x, family="sm80")
+
+
+def test_tma_rule_violations_raise():
+    import cupy
+
+    w, sw, x = operands(128, 64, 128, "f16", "row", seed=6)
+    with pytest.raises(ValueError, match="TMA rule"):
+        cs.matmul(sw, cupy.zeros((128, 60), dtype=cupy.float16))
+    with pytest.raises(ValueError, match="K a multiple of 16"):
+        cs.compress(cupy.zeros((32, 40), dtype=cupy.float16), layout="sm90")

@@ -1,0 +1,48 @@
+"""The Hopper family without a GPU: its emission compiles for sm_90a with NVRTC, the
+header patches apply, and the compiled kernel reports what the launcher relies on."""
+import numpy as np
+import pytest
+
+from cutlass_sparse import catalog, cubin, kernels, nvrtc_headers, tma
+from cutlass_sparse.cache import KernelCache
+from cutlass_sparse.description import CompressorConfig
+from cutlass_sparse.emit_sm90 import COMPRESS, SETUP
+
+
+def test_header_patches_apply_once_each():
+    headers = dict(nvrtc_headers.patched_headers())
+    assert set(headers) == {nvrtc_headers.TMA_HEADER, nvrtc_headers.HW_INFO_HEADER}
+    assert "cutlass_sparse_tma::record(&tma_desc" in headers[nvrtc_headers.TMA_HEADER]
+    assert "kMagic = 0x50435241544D5343ull" in headers[nvrtc_headers.TMA_HEADER]
+    assert f"{tma.MAGIC:#x}".upper().endswith("50435241544D5343")
+    assert tma.RECIPE.itemsize == 128
+
+
+def test_sm90_catalog_tiles_read_one_compressed_layout():
+    fam = catalog.load("sm90")
+    assert all(tile[0][2] == 128 for tile in fam.tiles)
+    names = [c.name for c in fam.enumerate()]
+    assert len(names) == len(set(names))
+    assert all(n.startswith("cutlass3x_sm90_sptensorop_spgemm_") for n in names)
+
+
+def test_compressor_compiles_for_sm90a(shared_cache_path):
+    compiled = kernels.get(CompressorConfig("f16"), "sm_90a", KernelCache(shared_cache_path))
+    c = compiled.constants
+    assert cubin.kernel_param_bytes(compiled.cubin, compiled.symbol) == COMPRESS.dtype.itemsize
+    # 2:4 keeps half of K; metadata is one byte per 8 logical K; alignments as CUTLASS sets them.
+    assert c["a_sparsity"] == 2 and c["e_sparsity"] == 8 and c["chunk_k"] == 4
+    assert c["threads"] > 0 and 0 < c["shared_bytes"] <= 48 * 1024
+
+
+@pytest.mark.slow_compile
+def test_gemm_compiles_for_sm90a(shared_cache_path):
+    fam = catalog.load("sm90")
+    config = fam.config(fam.tiles[2], "f16", "f16", "row", 8, 8)
+    compiled = kernels.get(config, "sm_90a", KernelCache(shared_cache_path))
+    assert cubin.kernel_param_bytes(compiled.cubin, config.name) == 8            # Params const*
+    assert cubin.kernel_param_bytes(compiled.cubin, f"{config.name}_setup") == SETUP.dtype.itemsize
+    c = compiled.constants
+    assert c["threads"] == 384                    # producer + 2 consumer warpgroups
+    assert 100_000 < c["shared_bytes"] <= 227 * 1024
+    assert c["params_bytes"] % 64 == 0 and c["params_bytes"] >= 4 * 128   # holds >= 4 TMA descriptors
