@@ -47,10 +47,12 @@ def compress(dense, element: str):
     device_id = dense.device.id
     compiled = kernels.get(CompressorConfig(element), _arch(device_id))
     c = compiled.constants
-    values = cupy.zeros(_round_up(m, c["a_align_m"]) * (_round_up(k, c["a_align_k"]) // c["a_sparsity"]),
-                        dtype=dense.dtype)
-    metadata = cupy.zeros(_round_up(m, c["e_align_m"]) * (_round_up(k, c["e_align_k"]) // c["e_sparsity"]),
-                          dtype=cupy.uint8)
+    # The compressor works in whole atoms (max_align_m rows by max_align_k columns) and
+    # writes its tails too, so both buffers are sized to whole atoms, beyond what the
+    # GEMM's layouts address (sized to the problem, they were overrun for ragged M).
+    m_atoms, k_atoms = _round_up(m, c["max_align_m"]), _round_up(k, c["max_align_k"])
+    values = cupy.zeros(m_atoms * (k_atoms // c["a_sparsity"]), dtype=dense.dtype)
+    metadata = cupy.zeros(m_atoms * (k_atoms // c["e_sparsity"]), dtype=cupy.uint8)
     dense = cupy.ascontiguousarray(dense)
     block = COMPRESS.new_block()
     f = block[0]
@@ -64,24 +66,6 @@ def compress(dense, element: str):
 
 # -- GEMM ------------------------------------------------------------------------------
 
-class _Templates:
-    """Per (kernel, device): the host-encoded TMA descriptor templates, made on first use."""
-
-    def __init__(self):
-        self._by_device: dict[tuple[str, int], object] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: str, device_id: int, make):
-        found = self._by_device.get((key, device_id))
-        if found is None:
-            with self._lock:
-                found = self._by_device.get((key, device_id))
-                if found is None:
-                    found = self._by_device[(key, device_id)] = make()
-        return found
-
-
-_templates = _Templates()
 _launch_info: dict[tuple, np.ndarray] = {}
 
 # Params depend only on pointers, strides, sizes and scalars, never on data: a call that
@@ -99,11 +83,32 @@ def _sm_count(device_id: int) -> int:
     return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
 
 
-def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig, ldb: int,
-           ldc: int, ldd: int, info: dict | None):
-    """Launch setup + GEMM on the current stream. Operands are validated by the caller."""
+def _prepare(loaded, compiled, device_id, block, info_out, setup):
+    """First sight of a problem signature: run the setup leaving CuTe's TMA recipes, check
+    what CUTLASS reports, and encode the recipes into descriptor templates."""
     import cupy
 
+    recipes = cupy.zeros(16 * 128, dtype=cupy.uint8)
+    first = block.copy()
+    first[0]["recipes_out"] = recipes.data.ptr
+    first[0]["templates"] = 0
+    loaded.launch(device_id, (1, 1, 1), first, symbol=setup, threads=1, shared_bytes=0)
+    info = dict(zip(INFO_FIELDS, (int(v) for v in info_out.get())))   # synchronizes
+    f = first[0]
+    problem = f"{int(f['m'])}x{int(f['n'])}x{int(f['k'])}"
+    if not info["can_implement"]:
+        raise ValueError(f"CUTLASS cannot implement {problem} with {compiled.symbol}: use family='sm80'")
+    if info["workspace_bytes"]:
+        raise RuntimeError(f"{compiled.symbol} needs {info['workspace_bytes']} workspace bytes; none is provided")
+    if not 0 < info["tma_slots"] <= 16:
+        raise RuntimeError(f"{compiled.symbol}: setup found {info['tma_slots']} TMA descriptor slots")
+    templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
+    return templates, (info["grid_x"], info["grid_y"], info["grid_z"])
+
+
+def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig, ldb: int,
+           ldc: int, ldd: int, info: dict | None):
+    """Launch (setup and) GEMM on the current stream. Operands are validated by the caller."""
     device_id = x.device.id
     arch = _arch(device_id)
     m, k = sw.shape
@@ -116,57 +121,42 @@ def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig
         cached = _params_cache.get(signature)
         if cached is not None:
             _params_cache.move_to_end(signature)
-    if cached is not None:
-        params, grid = cached
-        loaded.launch(device_id, grid, (params,))
-        if info is not None:
-            info.update(config=config.name, arch=arch, from_cache=compiled.from_cache,
-                        compile_seconds=compiled.compile_seconds, grid=grid, k_padded=False)
-        return
+    if cached is None:
+        cached = _build_params(loaded, compiled, device_id, signature[2:7], ldb, ldc, ldd, m, n, k, alpha, beta)
+        with _params_lock:
+            _params_cache[signature] = cached
+            while len(_params_cache) > _PARAMS_CACHE_SIZE:
+                _params_cache.popitem(last=False)
+    params, grid = cached
+    loaded.launch(device_id, grid, (params,))
+    if info is not None:
+        info.update(config=config.name, arch=arch, from_cache=compiled.from_cache,
+                    compile_seconds=compiled.compile_seconds, grid=grid, k_padded=False)
+
+
+def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta):
+    """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
+    import cupy
+
     params = cupy.empty(compiled.constants["params_bytes"], dtype=cupy.uint8)
     info_out = cupy.zeros(len(INFO_FIELDS), dtype=cupy.int64)
-
     block = SETUP.new_block()
     f = block[0]
-    f["a"], f["e"], f["b"] = sw.values.data.ptr, sw.metadata.data.ptr, x.data.ptr
-    f["c"], f["d"] = c_full.data.ptr, d.data.ptr
+    f["a"], f["e"], f["b"], f["c"], f["d"] = pointers
     f["params_out"], f["info_out"] = params.data.ptr, info_out.data.ptr
     f["ldb"], f["ldc"], f["ldd"] = ldb, ldc, ldd
     f["m"], f["n"], f["k"] = m, n, k
     f["sm_count"] = _sm_count(device_id)
     f["alpha"], f["beta"] = alpha, beta
     setup = f"{compiled.symbol}_setup"
-
-    def make_templates():
-        # First use on this device: let the setup leave CuTe's recipes, encode them here.
-        recipes = cupy.zeros(16 * 128, dtype=cupy.uint8)
-        first = block.copy()
-        first[0]["recipes_out"] = recipes.data.ptr
-        loaded.launch(device_id, (1, 1, 1), first, symbol=setup, threads=1, shared_bytes=0)
-        slots = int(info_out[5].get())
-        if slots == 0 or slots > 16:
-            raise RuntimeError(f"{compiled.symbol}: setup found {slots} TMA descriptor slots")
-        return cupy.asarray(tma.templates(recipes.get().tobytes(), slots))
-
-    templates = _templates.get(compiled.key, device_id, make_templates)
+    shape_key = (compiled.key, device_id, m, n, k, ldb, ldc, ldd)
+    prepared = _prepared.get(shape_key)
+    if prepared is None:
+        with _prepared_lock:
+            prepared = _prepared.get(shape_key)
+            if prepared is None:
+                prepared = _prepared[shape_key] = _prepare(loaded, compiled, device_id, block, info_out, setup)
+    templates, grid = prepared
     f["templates"] = templates.data.ptr
     loaded.launch(device_id, (1, 1, 1), block, symbol=setup, threads=1, shared_bytes=0)
-
-    shape_key = (compiled.key, device_id, m, n, k)
-    launch_info = _launch_info.get(shape_key)
-    if launch_info is None:
-        launch_info = _launch_info[shape_key] = info_out.get()   # one sync per new problem shape
-        if not launch_info[4]:
-            raise ValueError(f"CUTLASS cannot implement {m}x{n}x{k} with {compiled.symbol} "
-                             f"(alignment or size): use family='sm80'")
-        if launch_info[3]:
-            raise RuntimeError(f"{compiled.symbol} needs {launch_info[3]} workspace bytes; not provided yet")
-    grid = tuple(int(v) for v in launch_info[:3])
-    loaded.launch(device_id, grid, (params,))
-    with _params_lock:
-        _params_cache[signature] = (params, grid)
-        while len(_params_cache) > _PARAMS_CACHE_SIZE:
-            _params_cache.popitem(last=False)
-    if info is not None:
-        info.update(config=config.name, arch=arch, from_cache=compiled.from_cache,
-                    compile_seconds=compiled.compile_seconds, grid=grid, k_padded=False)
+    return params, grid
