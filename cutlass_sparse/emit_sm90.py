@@ -15,7 +15,7 @@ Three entries per kernel:
 from __future__ import annotations
 
 import numpy as np
-from cutlass_library.library import DataTypeTag, LayoutTag
+from cutlass_library.library import DataTypeTag, EpilogueScheduleTag, KernelScheduleTag, LayoutTag
 
 from . import arguments, nvrtc_headers
 from .description import SCHEDULES, SparseGemmConfig
@@ -211,10 +211,8 @@ def emit(config: SparseGemmConfig) -> Emitted:
     if config.family != "sm90":
         raise ValueError(f"emit_sm90 cannot emit family {config.family!r}")
     kernel_schedule, epilogue_schedule = SCHEDULES[config.schedule]
-    from cutlass_library.library import EpilogueScheduleTag, KernelScheduleTag
-
-    stages = (f"cutlass::gemm::collective::StageCountAutoCarveout<"
-              f"static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
+    stages = ("cutlass::gemm::collective::StageCountAutoCarveout<"
+              "static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
               if config.stages == 0 else f"cutlass::gemm::collective::StageCount<{config.stages}>")
     source = substitute(TEMPLATE, {
         "name": config.name,

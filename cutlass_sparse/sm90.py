@@ -11,9 +11,7 @@ import functools
 import threading
 from collections import OrderedDict
 
-import numpy as np
-
-from . import dtypes, kernels, runtime, tma
+from . import kernels, runtime, tma
 from .description import CompressorConfig, SparseGemmConfig
 from .emit_sm90 import INFO_FIELDS, SETUP, COMPRESS
 
@@ -66,7 +64,11 @@ def compress(dense, element: str):
 
 # -- GEMM ------------------------------------------------------------------------------
 
-_launch_info: dict[tuple, np.ndarray] = {}
+# Per (kernel, device, sizes, strides): TMA descriptor templates and the grid. CuTe may
+# fold a compact tensor's modes into a different TMA rank or box, so templates are made
+# for each sizes-and-strides signature: one synchronizing setup when one is first seen.
+_prepared: dict[tuple, tuple] = {}
+_prepared_lock = threading.Lock()
 
 # Params depend only on pointers, strides, sizes and scalars, never on data: a call that
 # repeats all of them (a plan, a benchmark, a weight applied to the same buffers) reuses

@@ -1,6 +1,5 @@
 """cs.matmul with the sm80 family (CUTLASS 2.x) on the GPU against a float32 dense
 reference. Marked gpu: skipped without one."""
-import json
 import os
 import subprocess
 import sys

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import cutlass_sparse as cs
-from cutlass_sparse import dtypes, reference
+from cutlass_sparse import dtypes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_cases  # noqa: E402
-from test_gpu_matmul import TOLERANCE, _cast, check, poisoned  # noqa: E402
+from test_gpu_matmul import _cast, check, poisoned  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

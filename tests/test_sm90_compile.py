@@ -1,6 +1,5 @@
 """The Hopper family without a GPU: its emission compiles for sm_90a with NVRTC, the
 header patches apply, and the compiled kernel reports what the launcher relies on."""
-import numpy as np
 import pytest
 
 from cutlass_sparse import catalog, cubin, kernels, nvrtc_headers, tma
