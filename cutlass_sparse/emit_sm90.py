@@ -231,7 +231,8 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "before_includes": BEFORE_INCLUDES, "after_includes": AFTER_INCLUDES,
     })
     return Emitted(source, {config.name: 8, f"{config.name}_setup": SETUP.dtype.itemsize},
-                   ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers())
+                   ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(),
+                   ("--device-int128",))
 
 
 # -- compressor: CUTLASS's own sm90 2:4 compressor, so the layout is by definition the

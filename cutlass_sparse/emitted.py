@@ -10,3 +10,4 @@ class Emitted:
     entries: dict[str, int]                     # extern "C" symbol -> parameter bytes it must take
     constants: tuple[str, ...]                  # __constant__ ints f"{name}_{constant}" read back
     headers: tuple[tuple[str, str], ...] = ()   # in-memory headers (patched CUTLASS files)
+    options: tuple[str, ...] = ()               # NVRTC options beyond compiler.BASE_OPTIONS

@@ -92,7 +92,7 @@ def get(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -
 
 def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) -> CompiledKernel:
     emitted = emit(config)
-    options = compiler.options_for(arch)
+    options = compiler.options_for(arch, emitted.options)
     key = cache_key(emitted, arch, options)
     entry = cache.get(key)
     if entry is not None:

@@ -7,6 +7,10 @@ Two host-only steps stand between CUTLASS 3.x's Params construction and NVRTC:
   kernel later turns each recipe into a real descriptor.
 - KernelHardwareInfo's SM-count query is host-only; under NVRTC the patch gives a stub
   (the caller always supplies the SM count).
+- uint128_t falls back to a breakpoint (a kernel fault) for 128-bit division unless it
+  sees GCC on x86; NVRTC has __int128 on the device (--device-int128), so the patch
+  turns the native type on. Without it the tile scheduler's FastDivmodU64 trapped for
+  every divisor that is not a power of two (seen on the H100: tile counts of 3, 6, 11).
 
 Each patch names the text it replaces; if a CUTLASS upgrade moves that text, building
 the headers fails loudly instead of compiling something else.
@@ -20,6 +24,7 @@ from . import env
 
 TMA_HEADER = "cute/atom/copy_traits_sm90_tma.hpp"
 HW_INFO_HEADER = "cutlass/kernel_hardware_info.h"
+UINT128_HEADER = "cutlass/uint128.h"
 
 # Recipe layout inside the 128-byte descriptor (mirrored by tma.RECIPE_DTYPE).
 RECIPE_HOOK = r"""
@@ -75,6 +80,11 @@ _PATCHES = {
          "        gmem_address, gmem_prob_shape, gmem_prob_stride, smem_box_shape, smem_box_stride,\n"
          "        (unsigned char)get_tma_swizzle_bits(swizzle), (unsigned char)get_tma_swizzle_base(swizzle));\n"
          "  #endif // (__CUDACC_VER_MAJOR__ >= 12) && !defined(__CUDACC_RTC__)\n  auto recast_ratio"),
+    ],
+    UINT128_HEADER: [
+        ("/// Optionally enable GCC's built-in type\n#if ",
+         "/// Optionally enable GCC's built-in type\n#if defined(__CUDACC_RTC__)\n"
+         "#define CUTLASS_UINT128_NATIVE  // cutlass_sparse: NVRTC with --device-int128\n#elif "),
     ],
     HW_INFO_HEADER: [
         ("    return {device_id, sm_count, max_active_clusters};\n  }\n#endif\n};",

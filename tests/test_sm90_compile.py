@@ -10,7 +10,8 @@ from cutlass_sparse.emit_sm90 import COMPRESS, SETUP
 
 def test_header_patches_apply_once_each():
     headers = dict(nvrtc_headers.patched_headers())
-    assert set(headers) == {nvrtc_headers.TMA_HEADER, nvrtc_headers.HW_INFO_HEADER}
+    assert set(headers) == {nvrtc_headers.TMA_HEADER, nvrtc_headers.HW_INFO_HEADER, nvrtc_headers.UINT128_HEADER}
+    assert "#if defined(__CUDACC_RTC__)\n#define CUTLASS_UINT128_NATIVE" in headers[nvrtc_headers.UINT128_HEADER]
     assert "cutlass_sparse_tma::record(&tma_desc" in headers[nvrtc_headers.TMA_HEADER]
     assert "kMagic = 0x50435241544D5343ull" in headers[nvrtc_headers.TMA_HEADER]
     assert f"{tma.MAGIC:#x}".upper().endswith("50435241544D5343")
