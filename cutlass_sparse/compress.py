@@ -118,7 +118,6 @@ class SparseMatrix:
     values: object                  # [M_pad, K_pad/2], numpy or cupy
     metadata: object                # uint16 [K_pad/32, 2*M_pad] (ColumnMajorInterleaved<2>)
     layout: str = LAYOUT_SM80       # which kernel family's metadata layout this is
-    rows: int = 0                   # sm90: rows the kernel runs over (M padded to whole tiles)
 
     def _require_sm80(self, what: str) -> None:
         if self.layout != LAYOUT_SM80:
@@ -246,8 +245,8 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
             raise TypeError("layout 'sm90' compresses on the GPU: pass a cupy array")
         from . import sm90
 
-        values, metadata, rows = sm90.compress(dense, element)
-        return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout, rows)
+        values, metadata = sm90.compress(dense, element)
+        return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout)
 
     # Indices of the first and second non-zero (-1 if absent), without sorting.
     seen = xp.cumsum(nonzero, axis=-1)

@@ -250,16 +250,8 @@ def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
     n = x.shape[1]
     np_out = dtypes.numpy_dtype(element_out)
     with cupy.cuda.Device(x.device.id):
-        # The kernel runs over sw.rows (M padded to whole tiles): a ragged M computes into a
-        # padded buffer and returns a contiguous view of its first M rows.
-        d = out if (out is not None and sw.rows == m) else cupy.empty((sw.rows, n), dtype=np_out)
-        if beta == 0.0:
-            c_full = d
-        elif sw.rows != m:
-            c_full = cupy.zeros((sw.rows, n), dtype=np_out)
-            c_full[:m] = c
-        else:
-            c_full = c
+        d = out if out is not None else cupy.empty((m, n), dtype=np_out)
+        c_full = c if beta != 0.0 else d
         ldd, ldc = _row_stride(d, n), _row_stride(c_full, n)
         # TMA: 16-byte aligned bases and leading dimensions.
         for what, array, ld in (("x", x, ldb), ("out", d, ldd), ("c", c_full, ldc)):
@@ -275,11 +267,7 @@ def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
         else:
             _check_config_fits(config, element, element_out, layout_b, 8, 16 // np_out.itemsize)
         sm90.matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info)
-        if out is None:
-            return d[:m]
-        if d is not out:
-            out[...] = d[:m]
-        return out
+        return d
 
 
 def _check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c) -> None:

@@ -34,14 +34,8 @@ def _arch(device_id: int) -> str:
 
 # -- compression ---------------------------------------------------------------------
 
-# M is padded to whole 128-row tiles: on the H100, problems whose M ends inside a tile
-# (e.g. 300, 1376) faulted in the GEMM while tile-aligned ones ran (cause not found yet;
-# see the closing note), so the kernel always runs over whole tiles of zero-padded rows.
-M_TILE = 128
-
-
 def compress(dense, element: str):
-    """(values, metadata, rows) of a 2:4 [M, K] cupy matrix in CUTLASS's sm90 layout."""
+    """values and metadata of a 2:4 [M, K] cupy matrix in CUTLASS's sm90 layout."""
     import cupy
 
     m, k = dense.shape
@@ -51,16 +45,12 @@ def compress(dense, element: str):
     device_id = dense.device.id
     compiled = kernels.get(CompressorConfig(element), _arch(device_id))
     c = compiled.constants
-    # The compressor works in whole atoms (max_align_m rows by max_align_k columns) and
-    # writes its tails too, so both buffers are sized to whole atoms, beyond what the
-    # GEMM's layouts address (sized to the problem, they were overrun for ragged M).
+    # The compressor works in whole atoms (max_align_m rows by max_align_k columns); the
+    # buffers are sized to whole atoms so that none of its writes can leave them.
     m_atoms, k_atoms = _round_up(m, c["max_align_m"]), _round_up(k, c["max_align_k"])
     values = cupy.zeros(m_atoms * (k_atoms // c["a_sparsity"]), dtype=dense.dtype)
     metadata = cupy.zeros(m_atoms * (k_atoms // c["e_sparsity"]), dtype=cupy.uint8)
-    rows = _round_up(m, M_TILE)
-    padded = cupy.zeros((rows, k), dtype=dense.dtype)
-    padded[:m] = dense
-    dense, m = padded, rows
+    dense = cupy.ascontiguousarray(dense)
     block = COMPRESS.new_block()
     f = block[0]
     f["dense"], f["values"], f["metadata"] = dense.data.ptr, values.data.ptr, metadata.data.ptr
@@ -68,7 +58,7 @@ def compress(dense, element: str):
     grid = (-(-_round_up(m, c["max_align_m"]) // c["atom_m"]), -(-_round_up(k, c["max_align_k"]) // c["atom_k"]), 1)
     with cupy.cuda.Device(device_id):
         runtime.load(compiled).launch(device_id, grid, block)
-    return values, metadata, rows
+    return values, metadata
 
 
 # -- GEMM ------------------------------------------------------------------------------
@@ -122,7 +112,7 @@ def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig
     """Launch (setup and) GEMM on the current stream. Operands are validated by the caller."""
     device_id = x.device.id
     arch = _arch(device_id)
-    m, k = sw.rows, sw.shape[1]
+    m, k = sw.shape
     n = x.shape[1]
     compiled = kernels.get(config, arch)
     loaded = runtime.load(compiled)
