@@ -40,6 +40,8 @@ SETUP = arguments.StructLayout("CutlassSparseSm90Setup", (
     ("n", "int", np.int32),
     ("k", "int", np.int32),
     ("sm_count", "int", np.int32),
+    ("swizzle", "int", np.int32),               # tile scheduler: max swizzle size (1, 2, 4, 8)
+    ("raster", "int", np.int32),                # 0 heuristic, 1 along M, 2 along N
     ("alpha", "float", np.float32),
     ("beta", "float", np.float32),
 ))
@@ -181,6 +183,8 @@ extern "C" __global__ void ${name}_setup(${setup_name} const args) {
        static_cast<ElementC const *>(args.c), leading<typename GemmKernel::StrideC>(args.ldc),
        static_cast<ElementC *>(args.d), leading<typename GemmKernel::StrideD>(args.ldd)},
       hw_info};
+  arguments.scheduler.max_swizzle_size = args.swizzle;
+  arguments.scheduler.raster_order = static_cast<decltype(arguments.scheduler.raster_order)>(args.raster);
   Params params = GemmKernel::to_underlying_arguments(arguments, args.workspace);
   unsigned char* out = static_cast<unsigned char *>(args.params_out);
   unsigned char const* raw = reinterpret_cast<unsigned char const *>(&params);

@@ -123,7 +123,8 @@ def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig
         if cached is not None:
             _params_cache.move_to_end(signature)
     if cached is None:
-        cached = _build_params(loaded, compiled, device_id, signature[2:7], ldb, ldc, ldd, m, n, k, alpha, beta)
+        cached = _build_params(loaded, compiled, device_id, signature[2:7], ldb, ldc, ldd, m, n, k, alpha, beta,
+                               config.swizzle)
         with _params_lock:
             _params_cache[signature] = cached
             while len(_params_cache) > _PARAMS_CACHE_SIZE:
@@ -135,7 +136,7 @@ def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig
                     compile_seconds=compiled.compile_seconds, grid=grid, k_padded=False)
 
 
-def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta):
+def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle):
     """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
     import cupy
 
@@ -148,6 +149,7 @@ def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k,
     f["ldb"], f["ldc"], f["ldd"] = ldb, ldc, ldd
     f["m"], f["n"], f["k"] = m, n, k
     f["sm_count"] = _sm_count(device_id)
+    f["swizzle"], f["raster"] = swizzle, 0
     f["alpha"], f["beta"] = alpha, beta
     setup = f"{compiled.symbol}_setup"
     shape_key = (compiled.key, device_id, m, n, k, ldb, ldc, ldd)

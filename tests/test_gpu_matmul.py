@@ -26,8 +26,8 @@ def cp():
     return cupy
 
 
-def random_operands(m, n, k, dtype, layout, seed):
-    """Fresh random 2:4 weight (pruned and compressed on the GPU) and x in the given layout."""
+def random_operands(m, n, k, dtype, layout, seed, family="sm80"):
+    """Fresh random 2:4 weight (pruned and compressed on the GPU for `family`) and x in the given layout."""
     cupy = cp()
     rng = cupy.random.default_rng(seed)
     np_dtype = dtypes.numpy_dtype(dtype)
@@ -35,7 +35,7 @@ def random_operands(m, n, k, dtype, layout, seed):
     x = _cast(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
     if layout == "col":
         x = cupy.asfortranarray(x)
-    return w, cs.compress(w, layout="sm80"), x
+    return w, cs.compress(w, layout=family), x
 
 
 def _cast(array, np_dtype):

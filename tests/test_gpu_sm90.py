@@ -11,7 +11,7 @@ from cutlass_sparse import dtypes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_cases  # noqa: E402
-from test_gpu_matmul import _cast, check, poisoned  # noqa: E402
+from test_gpu_matmul import check, poisoned, random_operands  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -25,15 +25,7 @@ def needs_sm90():
 
 
 def operands(m, n, k, dtype, layout, seed):
-    import cupy
-
-    rng = cupy.random.default_rng(seed)
-    np_dtype = dtypes.numpy_dtype(dtype)
-    w = cs.prune_2to4(_cast(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
-    x = _cast(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
-    if layout == "col":
-        x = cupy.asfortranarray(x)
-    return w, cs.compress(w, layout="sm90"), x
+    return random_operands(m, n, k, dtype, layout, seed, family="sm90")
 
 
 @pytest.mark.parametrize("layout", gpu_cases.LAYOUTS)
