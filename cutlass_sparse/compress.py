@@ -197,8 +197,9 @@ class SparseMatrix:
 
 
 def default_layout(dense) -> str:
-    """The metadata layout of the kernel family that will run on dense's device."""
-    if _xp(dense) is np:
+    """The metadata layout of the kernel family that will run on dense's device: sm90 for a
+    cupy matrix on an sm_90 GPU whose K that family takes (a multiple of 16), else sm80."""
+    if _xp(dense) is np or dense.ndim != 2 or dense.shape[1] % 16:
         return LAYOUT_SM80
     return LAYOUT_SM90 if dense.device.compute_capability == "90" else LAYOUT_SM80
 
@@ -217,7 +218,8 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     """Compress a 2:4 sparse [M, K] matrix for one kernel family's layout.
 
     layout: "sm80" (numpy or cupy; any shape) or "sm90" (cupy on an sm_90 GPU, K a
-    multiple of 16). Default: "sm90" for a cupy matrix on an sm_90 GPU, else "sm80".
+    multiple of 16). Default: "sm90" for a cupy matrix on an sm_90 GPU whose K is a
+    multiple of 16, else "sm80".
     Raises ValueError naming the first row and group with more than two non-zeros.
     """
     xp, element = _check_matrix(dense, "dense")
