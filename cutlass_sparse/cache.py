@@ -61,22 +61,47 @@ def _refuse_if_shared_writable(path: Path) -> None:
 
 
 class KernelCache:
-    """One connection per process, shared by its threads under a lock."""
+    """One connection per process, shared by its threads under a lock.
 
-    def __init__(self, path: Path | str | None = None):
+    A database this process may not write (shipped read-only to serving nodes, or
+    read_only=True) is opened read-only; kernels compiled meanwhile live in an in-memory
+    overlay for the life of the process.
+    """
+
+    def __init__(self, path: Path | str | None = None, read_only: bool | None = None):
         self.path = Path(path) if path is not None else env.cache_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        if read_only is None:
+            read_only = env.cache_read_only() or (
+                self.path.exists() and not os.access(self.path, os.W_OK)) or (
+                self.path.parent.exists() and not os.access(self.path.parent, os.W_OK))
+        self.read_only = read_only
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         _refuse_if_shared_writable(self.path)
         self._lock = threading.Lock()
+        self._overlay: dict[str, Entry] = {}
         self._conn = self._open()
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self) -> sqlite3.Connection | None:
+        if self.read_only:
+            if not self.path.exists():
+                return None
+            try:
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60.0,
+                                       check_same_thread=False, isolation_level=None)
+                conn.execute("SELECT count(*) FROM kernels").fetchone()
+                return conn
+            except sqlite3.DatabaseError as exc:
+                warnings.warn(f"read-only kernel cache {self.path} is unreadable ({exc}); compiling into memory")
+                return None
         try:
             return self._connect()
         except sqlite3.DatabaseError as exc:
             # A corrupt file is set aside, never silently deleted, and rebuilt.
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             os.replace(self.path, aside)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
             warnings.warn(f"kernel cache {self.path} was unreadable ({exc}); moved to {aside} and rebuilt")
             return self._connect()
 
@@ -90,6 +115,10 @@ class KernelCache:
 
     def get(self, key: str) -> Entry | None:
         with self._lock:
+            if key in self._overlay:
+                return self._overlay[key]
+            if self._conn is None:
+                return None
             row = self._conn.execute(
                 "SELECT name, arch, cubin, meta, checksum FROM kernels WHERE key = ?", (key,)).fetchone()
             if row is None:
@@ -97,25 +126,75 @@ class KernelCache:
             name, arch, cubin, meta_json, checksum = row
             if _checksum(cubin, meta_json) != checksum:
                 warnings.warn(f"kernel cache entry {name} ({key[:12]}) failed its checksum; recompiling")
-                self._conn.execute("DELETE FROM kernels WHERE key = ?", (key,))
+                if not self.read_only:
+                    self._conn.execute("DELETE FROM kernels WHERE key = ?", (key,))
                 return None
             return Entry(key, name, arch, bytes(cubin), json.loads(meta_json))
 
     def put(self, key: str, name: str, arch: str, cubin: bytes, meta: dict) -> None:
         meta_json = json.dumps(meta, sort_keys=True)
         with self._lock:
+            if self.read_only:
+                self._overlay[key] = Entry(key, name, arch, cubin, json.loads(meta_json))
+                return
             self._conn.execute(
                 "INSERT OR REPLACE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (key, name, arch, cubin, meta_json, _checksum(cubin, meta_json), time.time()))
 
-    def keys(self) -> list[str]:
+    def rows(self):
+        """(key, name, arch, bytes, checksum ok) for every stored entry."""
         with self._lock:
-            return [k for (k,) in self._conn.execute("SELECT key FROM kernels ORDER BY key")]
+            if self._conn is None:
+                return []
+            return [(key, name, arch, len(cubin), _checksum(cubin, meta) == checksum)
+                    for key, name, arch, cubin, meta, checksum in self._conn.execute(
+                        "SELECT key, name, arch, cubin, meta, checksum FROM kernels ORDER BY name, arch")]
+
+    def keys(self) -> list[str]:
+        return [row[0] for row in self.rows()]
+
+    def verify(self) -> list[str]:
+        """Drop entries whose checksum fails; return their keys."""
+        bad = [key for key, _, _, _, ok in self.rows() if not ok]
+        if bad and not self.read_only:
+            with self._lock:
+                self._conn.executemany("DELETE FROM kernels WHERE key = ?", [(k,) for k in bad])
+        return bad
+
+    def clear(self) -> int:
+        self._require_writable("clear")
+        with self._lock:
+            return self._conn.execute("DELETE FROM kernels").rowcount
+
+    def merge_from(self, other: Path | str) -> int:
+        """Copy every intact entry of another cache file that this one lacks; returns how many."""
+        self._require_writable("merge into")
+        source = KernelCache(other, read_only=True)
+        added = 0
+        with source._lock:
+            rows = [] if source._conn is None else source._conn.execute(
+                "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall()
+        with self._lock:
+            for key, name, arch, cubin, meta, checksum, created in rows:
+                if _checksum(cubin, meta) != checksum:
+                    warnings.warn(f"{other}: entry {name} ({key[:12]}) failed its checksum; not merged")
+                    continue
+                cursor = self._conn.execute(
+                    "INSERT OR IGNORE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)", (key, name, arch, cubin, meta, checksum, created))
+                added += cursor.rowcount
+        source.close()
+        return added
+
+    def _require_writable(self, what: str) -> None:
+        if self.read_only or self._conn is None:
+            raise PermissionError(f"cannot {what} read-only kernel cache {self.path}")
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
 
 
 _default: KernelCache | None = None
@@ -129,3 +208,39 @@ def default_cache() -> KernelCache:
         if _default is None or _default.path != env.cache_path():
             _default = KernelCache()
         return _default
+
+
+def main(argv=None) -> int:
+    """python -m cutlass_sparse.cache ls|stats|verify|clear|merge [--path DB] [SOURCES...]"""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m cutlass_sparse.cache", description=main.__doc__)
+    parser.add_argument("command", choices=["ls", "stats", "verify", "clear", "merge"])
+    parser.add_argument("sources", nargs="*", help="merge: cache files to copy entries from")
+    parser.add_argument("--path", default=None, help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)")
+    args = parser.parse_args(argv)
+    cache = KernelCache(args.path, read_only=True if args.command in ("ls", "stats") else None)
+    if args.command == "ls":
+        for key, name, arch, size, ok in cache.rows():
+            print(f"{key[:12]}  {arch:7}  {size:>9}  {'ok ' if ok else 'BAD'}  {name}")
+    elif args.command == "stats":
+        rows = cache.rows()
+        by_arch: dict[str, int] = {}
+        for _, _, arch, _, _ in rows:
+            by_arch[arch] = by_arch.get(arch, 0) + 1
+        print(f"{cache.path}: {len(rows)} kernels, {sum(r[3] for r in rows) / 1e6:.1f} MB of cubins, "
+              f"{sum(not r[4] for r in rows)} failing their checksum; by arch: {by_arch}")
+    elif args.command == "verify":
+        bad = cache.verify()
+        print(f"{len(bad)} entries failed their checksum" + (" and were removed" if bad else ""))
+        return 1 if bad else 0
+    elif args.command == "clear":
+        print(f"removed {cache.clear()} entries from {cache.path}")
+    elif args.command == "merge":
+        for source in args.sources:
+            print(f"{source}: {cache.merge_from(source)} entries added to {cache.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -31,6 +31,11 @@ def cache_path() -> Path:
     return Path(base) / "cutlass_sparse" / "compiled_cache.db"
 
 
+def cache_read_only() -> bool:
+    """CUTLASS_SPARSE_CACHE_READONLY=1: use the cache file read-only (new kernels stay in memory)."""
+    return os.environ.get("CUTLASS_SPARSE_CACHE_READONLY", "") not in ("", "0")
+
+
 def compile_disabled() -> bool:
     """CUTLASS_SPARSE_NO_COMPILE=1 makes every compile fail: proves a cache is warm."""
     return os.environ.get("CUTLASS_SPARSE_NO_COMPILE", "") not in ("", "0")

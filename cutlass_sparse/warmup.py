@@ -1,34 +1,86 @@
-"""Compile a list of configurations into the cache in parallel worker processes."""
+"""Compile many kernels into the cache ahead of time: in parallel worker processes,
+optionally a deterministic share of the work per machine (--shard i/N)."""
 from __future__ import annotations
 
 import os
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from .description import SparseGemmConfig
+from .description import CompressorConfig, SparseGemmConfig
 
 
-def _compile_one(args) -> tuple[str, str, float]:
+def _config_from_json(data: dict):
+    if data.get("family") == "sm90_compressor":
+        return CompressorConfig(**data)
+    return SparseGemmConfig.from_json(data)
+
+
+def _compile_one(args) -> tuple[str, str, str, float]:
     config_json, arch = args
     from . import kernels
-    from .description import CompressorConfig
 
-    config = (CompressorConfig(**config_json) if config_json.get("family") == "sm90_compressor"
-              else SparseGemmConfig.from_json(config_json))
+    config = _config_from_json(config_json)
     start = time.perf_counter()
     try:
         compiled = kernels.get(config, arch)
     except Exception as exc:  # reported per kernel, the rest go on
-        return config.name, f"failed: {exc}".splitlines()[0], time.perf_counter() - start
-    return config.name, "cached" if compiled.from_cache else "compiled", time.perf_counter() - start
+        reason = str(exc).strip().splitlines()
+        return config.name, arch, f"failed: {reason[-1] if reason else type(exc).__name__}", time.perf_counter() - start
+    return config.name, arch, "cached" if compiled.from_cache else "compiled", time.perf_counter() - start
 
 
-def compile_all(configs, arch: str, jobs: int | None = None) -> list[tuple[str, str, float]]:
-    """(name, 'compiled' | 'cached' | 'failed: ...', seconds) per unique configuration."""
-    unique = list(dict.fromkeys(configs))
+def catalog_items(archs, widest_only: bool = True) -> list[tuple[object, str]]:
+    """(configuration, arch) for every kernel the package's catalogs hold for these archs:
+    the sm90 family (and its compressors) for sm_90a, the sm80 family for the others."""
+    from . import catalog, dtypes, kernels
+
+    items = []
+    for arch in archs:
+        arch = kernels.normalize_arch(arch)
+        if arch == "sm_90a":
+            items += [(CompressorConfig(e), arch) for e in dtypes.INPUT_NAMES]
+            items += [(c, arch) for c in catalog.load("sm90").enumerate(widest_only)]
+        else:
+            items += [(c, arch) for c in catalog.load("sm80").enumerate(widest_only)]
+    return items
+
+
+def shard(items: list, index: int, count: int) -> list:
+    """This machine's share: a fixed order (arch, name), every count-th item from index."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: need 0 <= i < N")
+    ordered = sorted(dict.fromkeys(items), key=lambda item: (item[1], item[0].name))
+    return ordered[index::count]
+
+
+def compile_all(configs, arch: str | None = None, jobs: int | None = None, progress=None):
+    """(name, arch, 'compiled' | 'cached' | 'failed: ...', seconds) per unique item.
+
+    configs: configurations (compiled for `arch`) or (configuration, arch) pairs.
+    progress(done, total, result) is called as each finishes.
+    """
+    items = [c if isinstance(c, tuple) else (c, arch) for c in configs]
+    work = [(c.to_json(), a) for c, a in dict.fromkeys(items)]
     jobs = jobs or os.cpu_count() or 1
-    work = [(c.to_json(), arch) for c in unique]
+    results = []
     if jobs == 1:
-        return [_compile_one(w) for w in work]
+        for w in work:
+            results.append(_compile_one(w))
+            if progress:
+                progress(len(results), len(work), results[-1])
+        return results
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_compile_one, work))
+        for future in as_completed([pool.submit(_compile_one, w) for w in work]):
+            results.append(future.result())
+            if progress:
+                progress(len(results), len(work), results[-1])
+    return results
+
+
+def print_progress(done: int, total: int, result) -> None:
+    name, arch, status, seconds = result
+    width = 30
+    bar = "#" * (width * done // total) + "." * (width - width * done // total)
+    line = f"[{bar}] {done}/{total}  {status[:8]:8} {seconds:6.1f} s  {arch}  {name}"
+    print(line, file=sys.stderr if sys.stderr.isatty() else sys.stdout, flush=True)

@@ -83,6 +83,6 @@ if __name__ == "__main__":
     else:
         wanted = list(configs(args.sm_count))
     results = warmup.compile_all(wanted, args.arch, args.jobs)
-    for name, status, seconds in results:
+    for name, _, status, seconds in results:
         print(f"{status:10s} {seconds:6.1f} s  {name}")
-    sys.exit(any(status.startswith("failed") for _, status, _ in results))
+    sys.exit(any(status.startswith("failed") for _, _, status, _ in results))

@@ -1,0 +1,141 @@
+"""Warm-up jobs and a cache that never fails its users (CPU only)."""
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cutlass_sparse import warmup
+from cutlass_sparse.cache import KernelCache
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_script(*args, cache_path):
+    env = dict(os.environ, CUTLASS_SPARSE_CACHE=str(cache_path))
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "warmup_cache.py"), *args],
+                          env=env, capture_output=True, text=True)
+
+
+def test_shards_cover_every_kernel_exactly_once():
+    items = warmup.catalog_items(["sm_80", "sm_86", "sm_90a"], widest_only=False)
+    shards = [warmup.shard(items, i, 7) for i in range(7)]
+    seen = [(c.name, a) for part in shards for c, a in part]
+    assert len(seen) == len(set(seen)) == len({(c.name, a) for c, a in items})
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    with pytest.raises(ValueError, match="shard 7/7"):
+        warmup.shard(items, 7, 7)
+
+
+def test_warmup_small_catalog_then_everything_cached(tmp_path):
+    db = tmp_path / "warm.db"
+    first = run_script("--arch", "sm_80", "--jobs", "2", "--only", "f16_s16832spgemm_f16_64x64_64x4_t",
+                       cache_path=db)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "summary: 2 compiled, 0 already cached, 0 failed" in first.stdout
+    second = run_script("--arch", "sm_80", "--jobs", "2", "--only", "f16_s16832spgemm_f16_64x64_64x4_t",
+                        cache_path=db)
+    assert "summary: 0 compiled, 2 already cached, 0 failed" in second.stdout
+
+
+def test_warmup_sm90a_compressors(tmp_path):
+    result = run_script("--arch", "sm_90a", "--jobs", "2", "--only", "compressor", cache_path=tmp_path / "w.db")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "summary: 2 compiled" in result.stdout
+
+
+def test_shards_then_merge(tmp_path):
+    only = ["--arch", "sm_80", "--jobs", "1", "--only", "f16_s16832spgemm_f16_64x64_64x4_t"]
+    for i in range(2):
+        assert run_script(*only, "--shard", f"{i}/2", cache_path=tmp_path / f"s{i}.db").returncode == 0
+    merged = tmp_path / "merged.db"
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "warmup_cache.py"), "merge", str(merged),
+                          str(tmp_path / "s0.db"), str(tmp_path / "s1.db")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert f"{merged}: 2 kernels" in out.stdout
+    again = run_script(*only, cache_path=merged)
+    assert "0 compiled, 2 already cached" in again.stdout
+
+
+WRITER = """
+import sys
+from cutlass_sparse.cache import KernelCache
+cache = KernelCache(sys.argv[1])
+who, count = sys.argv[2], int(sys.argv[3])
+for i in range(count):
+    cache.put(f"{who}-{i}", f"kernel-{who}-{i}", "sm_80", bytes([i % 256]) * 20000, {"i": i, "who": who})
+"""
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    db = tmp_path / "busy.db"
+    KernelCache(db)   # create
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    start = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), f"w{w}", "150"], env=env) for w in range(6)]
+    assert all(p.wait() == 0 for p in procs)
+    elapsed = time.perf_counter() - start
+    cache = KernelCache(db)
+    rows = cache.rows()
+    assert len(rows) == 6 * 150 and all(ok for *_, ok in rows)
+    assert cache.verify() == []
+    print(f"6 processes x 150 puts of 20 kB: {len(rows)} entries intact in {elapsed:.2f} s")
+
+
+def test_corrupted_file_is_set_aside_and_rebuilt(tmp_path):
+    db = tmp_path / "c.db"
+    db.write_bytes(b"this is not a sqlite database" * 100)
+    with pytest.warns(UserWarning, match="unreadable"):
+        cache = KernelCache(db)
+    cache.put("k", "n", "sm_80", b"x", {})
+    assert cache.get("k").cubin == b"x"
+    assert list(tmp_path.glob("c.db.corrupt-*"))
+
+
+def test_truncated_entry_is_dropped(tmp_path):
+    db = tmp_path / "t.db"
+    cache = KernelCache(db)
+    cache.put("k", "n", "sm_80", b"\x7fELF" + b"\0" * 100, {"a": 1})
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE kernels SET cubin = substr(cubin, 1, 10)")
+    with pytest.warns(UserWarning, match="failed its checksum"):
+        assert KernelCache(db).get("k") is None
+
+
+def test_read_only_cache_serves_and_keeps_new_kernels_in_memory(tmp_path, monkeypatch):
+    db = tmp_path / "ro.db"
+    KernelCache(db).put("old", "n", "sm_80", b"old", {})
+    ro = KernelCache(db, read_only=True)
+    assert ro.get("old").cubin == b"old"
+    ro.put("new", "n", "sm_80", b"new", {})
+    assert ro.get("new").cubin == b"new"
+    with pytest.raises(PermissionError, match="read-only"):
+        ro.clear()
+    ro.close()
+    assert KernelCache(db).get("new") is None     # nothing was written to the file
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE_READONLY", "1")
+    assert KernelCache(db).read_only
+
+
+def test_entries_of_another_toolchain_are_not_served(monkeypatch):
+    from cutlass_sparse import env, kernels
+
+    source, options = "// some kernel", ["-arch=sm_80"]
+    ours = kernels.cache_key(source, "sm_80", options)
+    monkeypatch.setattr(env, "toolchain_identity", lambda: "nvidia-cutlass 9.9.9\nnvrtc 99.0")
+    assert kernels.cache_key(source, "sm_80", options) != ours
+
+
+def test_cache_command_line(tmp_path):
+    db = tmp_path / "cli.db"
+    KernelCache(db).put("abc", "some_kernel", "sm_80", b"bytes", {})
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "cutlass_sparse.cache", *args, "--path", str(db)],
+                              capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert "some_kernel" in cli("ls").stdout
+    assert "1 kernels" in cli("stats").stdout
+    assert cli("verify").returncode == 0
+    assert "removed 1 entries" in cli("clear").stdout
