@@ -15,7 +15,7 @@ from .compress import SparseMatrix
 from .description import SparseGemmConfig
 from .selection import cdiv
 
-FAMILY = "sm80"
+SM80 = "sm80"   # the family of the 2.x path below; sm90 goes through _matmul_sm90
 
 
 def as_device_array(x, what: str):
@@ -148,7 +148,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     if family == "sm90":
         return _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info)
     m_pad, k_stored = sw.padded_shape
-    fam = catalog.load(FAMILY)
+    fam = catalog.load(SM80)
 
     with cupy.cuda.Device(device_id):
         arch, sm_count = _device_facts(device_id)
@@ -167,7 +167,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
 
         # -- kernel choice --------------------------------------------------------
         tile_k = config.threadblock[2] if config else \
-            selection.choose_tile(FAMILY, m_pad, n, k, sm_count)[0][2]
+            selection.choose_tile(SM80, m_pad, n, k, sm_count)[0][2]
         k_eff = cdiv(k, tile_k) * tile_k
         if k_eff != k:
             # mma.sp needs valid metadata on every K step, so the kernel runs over whole
@@ -182,7 +182,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
                 f"x (row-major, shape {tuple(x.shape)}, leading dimension {ldb}, address {x.data.ptr:#x}) "
                 f"is not aligned for the sparse kernels: a row-major x needs an even N, an even leading "
                 f"dimension and a 4-byte aligned address; pass a column-major x (cupy.asfortranarray) or pad N")
-        aligns_c = selection.output_alignments(FAMILY, element_out)
+        aligns_c = selection.output_alignments(SM80, element_out)
         alignment_c = min(_widest_alignment(aligns_c, d.data.ptr, np_out.itemsize, ldd, n),
                           _widest_alignment(aligns_c, c_full.data.ptr, np_out.itemsize, ldc, n))
         if k_stored < k_eff:
@@ -224,9 +224,9 @@ class _Launch:
 def _resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
              arch, sm_count, config) -> _Launch:
     """Choose, compile or load, and size the launch, once per problem signature."""
-    fam = catalog.load(FAMILY)
+    fam = catalog.load(SM80)
     if config is None:
-        tile = selection.choose_tile(FAMILY, m_pad, n, k, sm_count)
+        tile = selection.choose_tile(SM80, m_pad, n, k, sm_count)
         config = fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
     else:
         _check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c)
