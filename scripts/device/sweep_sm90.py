@@ -48,4 +48,3 @@ for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (
             out.append((0, c.threadblock, c.cluster, c.schedule, str(e)[:60]))
     out.sort(reverse=True, key=lambda r: r[0])
     print((m, n, k), [(f"{r[0]:.0f}", r[1], r[2], r[3][:4], f"{r[4]:.0e}" if isinstance(r[4], float) else r[4]) for r in out[:6]], flush=True)
-    del w, x, sw, ref, y
