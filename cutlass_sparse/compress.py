@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes
+from .selection import round_up
 
 ROW_GROUP = 32      # metadata rows are interleaved within groups of 32
 K_MULTIPLE = 128    # stored K is padded to a multiple of the widest threadblock K
@@ -31,21 +32,8 @@ LAYOUT_SM90 = "sm90"
 LAYOUTS = (LAYOUT_SM80, LAYOUT_SM90)
 
 
-def _xp(array):
-    """numpy or cupy, whichever owns `array`."""
-    if type(array).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    return np
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 def _check_matrix(dense, what: str):
-    xp = _xp(dense)
+    xp = dtypes.array_module(dense)
     if xp is np and not isinstance(dense, np.ndarray):
         raise TypeError(f"{what} must be a numpy or cupy array, got {type(dense).__name__}")
     if dense.ndim != 2:
@@ -58,7 +46,7 @@ def _check_matrix(dense, what: str):
 
 def _bits(array):
     """The 16-bit patterns: all logic runs on these, so bf16 needs no float support from CuPy."""
-    return array.view(_xp(array).uint16)
+    return array.view(dtypes.array_module(array).uint16)
 
 
 def _magnitude(xp, bits, dtype_name: str):
@@ -76,7 +64,7 @@ def prune_2to4(dense):
     """
     xp, name = _check_matrix(dense, "dense")
     m, k = dense.shape
-    k4 = _round_up(k, 4)
+    k4 = round_up(k, 4)
     padded = xp.zeros((m, k4), dtype=xp.uint16)
     padded[:, :k] = _bits(xp.ascontiguousarray(dense))
     groups = padded.reshape(m, k4 // 4, 4)
@@ -131,7 +119,7 @@ class SparseMatrix:
 
     @property
     def is_device(self) -> bool:
-        return _xp(self.values) is not np
+        return dtypes.array_module(self.values) is not np
 
     @property
     def metadata_ld(self) -> int:
@@ -152,7 +140,7 @@ class SparseMatrix:
     def plain_metadata(self):
         """The [M_pad, K_pad/16] metadata words before CUTLASS's reorder."""
         self._require_sm80("plain_metadata")
-        xp = _xp(self.metadata)
+        xp = dtypes.array_module(self.metadata)
         m_pad, k_pad = self.padded_shape
         offsets = _reorder_offsets(xp, m_pad, k_pad // 16)
         return self.metadata.reshape(-1)[offsets]
@@ -162,7 +150,7 @@ class SparseMatrix:
         if layout == self.layout:
             return self
         dense = self.to_dense()
-        if layout == LAYOUT_SM90 and _xp(dense) is np:
+        if layout == LAYOUT_SM90 and dtypes.array_module(dense) is np:
             import cupy
 
             dense = cupy.asarray(dense)
@@ -179,9 +167,9 @@ class SparseMatrix:
 
             from .matmul import matmul
 
-            eye = _from_f32(cupy.eye(self.shape[1], dtype=cupy.float32), self.dtype)
-            return _from_f32(matmul(self, eye, out_dtype="f32"), self.dtype)
-        xp = _xp(self.values)
+            eye = dtypes.from_float32(cupy.eye(self.shape[1], dtype=cupy.float32), self.dtype)
+            return dtypes.from_float32(matmul(self, eye, out_dtype="f32"), self.dtype)
+        xp = dtypes.array_module(self.values)
         m_pad, k_pad = self.padded_shape
         words = self.plain_metadata().astype(xp.int32)
         shifts = xp.arange(4, dtype=xp.int32) * 4
@@ -199,19 +187,9 @@ class SparseMatrix:
 def default_layout(dense) -> str:
     """The metadata layout of the kernel family that will run on dense's device: sm90 for a
     cupy matrix on an sm_90 GPU whose K that family takes (a multiple of 16), else sm80."""
-    if _xp(dense) is np or dense.ndim != 2 or dense.shape[1] % 16:
+    if dtypes.array_module(dense) is np or dense.ndim != 2 or dense.shape[1] % 16:
         return LAYOUT_SM80
     return LAYOUT_SM90 if dense.device.compute_capability == "90" else LAYOUT_SM80
-
-
-def _from_f32(array, dtype):
-    """float32 cupy -> f16/bf16, exact for values representable in the target (bf16 by
-    dropping the low 16 bits, so CuPy needs no bf16 arithmetic)."""
-    import cupy
-
-    if np.dtype(dtype) == dtypes.bfloat16:
-        return (cupy.ascontiguousarray(array).view(cupy.uint32) >> 16).astype(cupy.uint16).view(dtype)
-    return array.astype(dtype)
 
 
 def compress(dense, layout: str | None = None) -> SparseMatrix:
@@ -229,7 +207,7 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     m, k = dense.shape
     if m == 0 or k == 0:
         raise ValueError(f"dense must be non-empty, got shape {(m, k)}")
-    m_pad, k_pad = _round_up(m, ROW_GROUP), _round_up(k, K_MULTIPLE)
+    m_pad, k_pad = round_up(m, ROW_GROUP), round_up(k, K_MULTIPLE)
     padded = xp.zeros((m_pad, k_pad), dtype=xp.uint16)
     padded[:m, :k] = _bits(xp.ascontiguousarray(dense))
     groups = padded.reshape(m_pad, k_pad // 4, 4)

@@ -18,6 +18,26 @@ _NAME_BY_DTYPE = {dtype: name for name, (dtype, _) in _BY_NAME.items()}
 INPUT_NAMES = ("f16", "bf16")
 
 
+def array_module(array):
+    """numpy or cupy, whichever owns `array` (cupy is imported only when it does)."""
+    if type(array).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+def from_float32(array, dtype):
+    """float32 numpy/cupy array -> f16/bf16/f32, round to nearest even. bf16 is rounded on
+    its bit pattern, so CuPy needs no bf16 arithmetic; values the target holds stay exact."""
+    xp = array_module(array)
+    if np.dtype(dtype) == bfloat16:
+        bits = xp.ascontiguousarray(array, dtype=xp.float32).view(xp.uint32)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return rounded.astype(xp.uint16).view(bfloat16)
+    return array.astype(dtype)
+
+
 def name_of(dtype) -> str | None:
     """'f16' / 'bf16' / 'f32' for a dtype-like, or None for anything else."""
     try:

@@ -6,26 +6,16 @@ from . import dtypes
 
 def to_float32(array):
     """Exact float32 copy of an f16/bf16/f32 numpy or cupy array (bf16 via its bit pattern)."""
-    xp = _xp(array)
+    xp = dtypes.array_module(array)
     if dtypes.name_of(array.dtype) == "bf16":
         bits = xp.ascontiguousarray(array).view(xp.uint16)
         return (bits.astype(xp.uint32) << 16).view(xp.float32)
     return array.astype(xp.float32)
 
 
-def _xp(array):
-    if type(array).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    import numpy
-
-    return numpy
-
-
 def relative_error(result, reference) -> float:
     """||result - reference|| / ||reference|| in float64; NaN anywhere gives inf."""
-    xp = _xp(reference)
+    xp = dtypes.array_module(reference)
     r = to_float32(result).astype(xp.float64)
     ref = to_float32(reference).astype(xp.float64) if reference.dtype != xp.float64 else reference
     if bool(xp.isnan(r).any()):

@@ -17,6 +17,10 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def round_up(value: int, multiple: int) -> int:
+    return cdiv(value, multiple) * multiple
+
+
 def cost(threadblock: tuple[int, int, int], m: int, n: int, k: int, sm_count: int) -> float:
     tm, tn, tk = threadblock
     waves = cdiv(cdiv(m, tm) * cdiv(n, tn), sm_count)

@@ -13,13 +13,10 @@ from collections import OrderedDict
 
 from . import kernels, runtime, tma
 from .description import CompressorConfig, SparseGemmConfig
+from .selection import round_up
 from .emit_sm90 import INFO_FIELDS, SETUP, COMPRESS
 
 LAYOUT = "sm90"
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 def _arch(device_id: int) -> str:
@@ -47,7 +44,7 @@ def compress(dense, element: str):
     c = compiled.constants
     # The compressor works in whole atoms (max_align_m rows by max_align_k columns); the
     # buffers are sized to whole atoms so that none of its writes can leave them.
-    m_atoms, k_atoms = _round_up(m, c["max_align_m"]), _round_up(k, c["max_align_k"])
+    m_atoms, k_atoms = round_up(m, c["max_align_m"]), round_up(k, c["max_align_k"])
     values = cupy.zeros(m_atoms * (k_atoms // c["a_sparsity"]), dtype=dense.dtype)
     metadata = cupy.zeros(m_atoms * (k_atoms // c["e_sparsity"]), dtype=cupy.uint8)
     dense = cupy.ascontiguousarray(dense)
@@ -55,7 +52,7 @@ def compress(dense, element: str):
     f = block[0]
     f["dense"], f["values"], f["metadata"] = dense.data.ptr, values.data.ptr, metadata.data.ptr
     f["ld_dense"], f["m"], f["k"] = k, m, k
-    grid = (-(-_round_up(m, c["max_align_m"]) // c["atom_m"]), -(-_round_up(k, c["max_align_k"]) // c["atom_k"]), 1)
+    grid = (-(-round_up(m, c["max_align_m"]) // c["atom_m"]), -(-round_up(k, c["max_align_k"]) // c["atom_k"]), 1)
     with cupy.cuda.Device(device_id):
         runtime.load(compiled).launch(device_id, grid, block)
     return values, metadata

@@ -53,8 +53,8 @@ def bench_one(m, n, k, dtype, family, rng):
     import cupy
 
     np_dtype = dtypes.numpy_dtype(dtype)
-    w = cs.prune_2to4(_cast(cupy.asarray(rng.standard_normal((m, k), dtype=np.float32)), np_dtype))
-    x = _cast(cupy.asarray(rng.standard_normal((k, n), dtype=np.float32)), np_dtype)
+    w = cs.prune_2to4(dtypes.from_float32(cupy.asarray(rng.standard_normal((m, k), dtype=np.float32)), np_dtype))
+    x = dtypes.from_float32(cupy.asarray(rng.standard_normal((k, n), dtype=np.float32)), np_dtype)
     sw = cs.compress(w, layout=family)
     y = cs.matmul(sw, x)
     info = {}
@@ -75,15 +75,6 @@ def bench_one(m, n, k, dtype, family, rng):
         if f"{key}_ms" in row:
             row[f"{key}_tflops"] = flops / row[f"{key}_ms"] / 1e9
     return row
-
-
-def _cast(array, np_dtype):
-    import cupy
-
-    if np_dtype == dtypes.bfloat16:
-        bits = array.astype(cupy.float32).view(cupy.uint32)
-        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cupy.uint16).view(np_dtype)
-    return array.astype(np_dtype)
 
 
 def geomean(values):

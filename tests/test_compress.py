@@ -123,3 +123,14 @@ def test_sparse_matrix_records_its_layout():
     sw = cs.compress(np.zeros((4, 8), dtype=np.float16))
     assert isinstance(sw, SparseMatrix) and sw.layout == "sm80" and not sw.is_device
     assert sw.shape == (4, 8) and sw.padded_shape == (32, 128)
+
+
+def test_from_float32_rounds_like_ml_dtypes():
+    from cutlass_sparse import dtypes
+
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.standard_normal(5000).astype(np.float32) * 1e3,
+                        np.array([0.0, -0.0, 1.0, 65504.0, 1e-8, np.inf, -np.inf], np.float32)])
+    got = dtypes.from_float32(x, dtypes.bfloat16)
+    np.testing.assert_array_equal(got.view(np.uint16), x.astype(ml_dtypes.bfloat16).view(np.uint16))
+    np.testing.assert_array_equal(dtypes.from_float32(x, np.float16), x.astype(np.float16))

@@ -31,21 +31,11 @@ def random_operands(m, n, k, dtype, layout, seed, family="sm80"):
     cupy = cp()
     rng = cupy.random.default_rng(seed)
     np_dtype = dtypes.numpy_dtype(dtype)
-    w = cs.prune_2to4(_cast(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
-    x = _cast(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
+    w = cs.prune_2to4(dtypes.from_float32(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
+    x = dtypes.from_float32(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
     if layout == "col":
         x = cupy.asfortranarray(x)
     return w, cs.compress(w, layout=family), x
-
-
-def _cast(array, np_dtype):
-    """float32 cupy -> f16/bf16 (bf16 by rounding the bit pattern, needing no bf16 kernels)."""
-    cupy = cp()
-    if np_dtype == dtypes.bfloat16:
-        bits = array.view(cupy.uint32)
-        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        return rounded.astype(cupy.uint16).view(np_dtype)
-    return array.astype(np_dtype)
 
 
 def check(y, w, x, dtype, alpha=1.0, beta=0.0, c=None):
