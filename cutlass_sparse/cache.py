@@ -96,10 +96,15 @@ class KernelCache:
                 return None
         try:
             return self._connect()
+        except sqlite3.OperationalError:
+            raise  # locked past the timeout, or unwritable: never a reason to set the file aside
         except sqlite3.DatabaseError as exc:
             # A corrupt file is set aside, never silently deleted, and rebuilt.
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-            os.replace(self.path, aside)
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
+            try:
+                os.replace(self.path, aside)
+            except FileNotFoundError:
+                pass  # another process set it aside first
             for suffix in ("-wal", "-shm"):
                 Path(f"{self.path}{suffix}").unlink(missing_ok=True)
             warnings.warn(f"kernel cache {self.path} was unreadable ({exc}); moved to {aside} and rebuilt")
@@ -107,11 +112,21 @@ class KernelCache:
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA busy_timeout=60000")
-        conn.execute(SCHEMA)
-        conn.execute("SELECT count(*) FROM kernels").fetchone()
-        return conn
+        # Switching to WAL takes an exclusive lock and SQLite may answer "locked" without
+        # waiting when several processes open a new file at once: retry that, it is no error.
+        deadline = time.monotonic() + 60.0
+        while True:
+            try:
+                conn.execute("PRAGMA busy_timeout=60000")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(SCHEMA)
+                conn.execute("SELECT count(*) FROM kernels").fetchone()
+                return conn
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    conn.close()
+                    raise
+                time.sleep(0.05)
 
     def get(self, key: str) -> Entry | None:
         with self._lock:

@@ -70,6 +70,9 @@ def compile_all(configs, arch: str | None = None, jobs: int | None = None, progr
             if progress:
                 progress(len(results), len(work), results[-1])
         return results
+    from .cache import default_cache
+
+    default_cache()  # create the file (and its WAL mode) once, before the workers race to
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         for future in as_completed([pool.submit(_compile_one, w) for w in work]):
             results.append(future.result())

@@ -61,8 +61,10 @@ def test_shards_then_merge(tmp_path):
 
 
 WRITER = """
-import sys
+import sys, time
 from cutlass_sparse.cache import KernelCache
+if len(sys.argv) > 4:
+    time.sleep(max(0.0, float(sys.argv[4]) - time.time()))
 cache = KernelCache(sys.argv[1])
 who, count = sys.argv[2], int(sys.argv[3])
 for i in range(count):
@@ -83,6 +85,21 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert len(rows) == 6 * 150 and all(ok for *_, ok in rows)
     assert cache.verify() == []
     print(f"6 processes x 150 puts of 20 kB: {len(rows)} entries intact in {elapsed:.2f} s")
+
+
+@pytest.mark.parametrize("round", range(3))
+def test_processes_creating_a_new_cache_at_once_all_succeed(tmp_path, round):
+    # The race CI hit: workers opening a file none had created yet. "locked" is contention,
+    # never corruption, so nobody may set the file aside and nothing may be lost.
+    db = tmp_path / "fresh.db"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="error")
+    start_at = str(time.time() + 1.0)  # every process opens the file at the same instant
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), f"w{w}", "5", start_at], env=env,
+                              stderr=subprocess.PIPE, text=True) for w in range(8)]
+    errors = [p.communicate()[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    assert not list(tmp_path.glob("fresh.db.corrupt-*"))
+    assert len(KernelCache(db).rows()) == 8 * 5
 
 
 def test_corrupted_file_is_set_aside_and_rebuilt(tmp_path):
