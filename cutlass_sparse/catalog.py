@@ -24,18 +24,18 @@ class Family:
     alignments_b: tuple[int, ...]
     alignments_c: tuple[int, ...]
     swizzle: int
-    # (threadblock, warps, stages, cluster, schedule); the last two only for sm90
+    # (threadblock, warps, stages, cluster, schedule, tile_scheduler); the last three only for sm90
     tiles: tuple[tuple, ...]
 
     def config(self, tile, element: str, element_out: str, layout_b: str,
                alignment_b: int, alignment_c: int) -> SparseGemmConfig:
-        threadblock, warps, stages, cluster, schedule = tile
+        threadblock, warps, stages, cluster, schedule, tile_scheduler = tile
         return SparseGemmConfig(
             family=self.name, element=element, element_out=element_out, layout_b=layout_b,
             threadblock=threadblock, warps=warps, stages=stages, instruction=self.instruction,
             alignment_a=8, alignment_b=alignment_b, alignment_c=alignment_c,
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
-            cluster=cluster, schedule=schedule)
+            cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler)
 
     def out_types(self, element: str) -> tuple[str, ...]:
         return tuple(element if o == "same" else o for o in self.outputs)
@@ -64,7 +64,8 @@ def load(family: str) -> Family:
         layouts_b=tuple(data["layouts_b"]), alignments_b=tuple(data["alignments_b"]),
         alignments_c=tuple(data["alignments_c"]), swizzle=data["swizzle"],
         tiles=tuple((tuple(t["threadblock"]), tuple(t["warps"]), t["stages"],
-                     tuple(t.get("cluster", (1, 1, 1))), t.get("schedule", "none")) for t in data["tile"]),
+                     tuple(t.get("cluster", (1, 1, 1))), t.get("schedule", "none"),
+                     t.get("tile_scheduler", "persistent")) for t in data["tile"]),
     )
 
 

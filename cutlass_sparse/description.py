@@ -40,6 +40,9 @@ SCHEDULES = {
     "cooperative": (KernelScheduleType.TmaWarpSpecializedCooperative, EpilogueScheduleType.TmaWarpSpecializedCooperative),
     "pingpong": (KernelScheduleType.TmaWarpSpecializedPingpong, EpilogueScheduleType.TmaWarpSpecialized),
 }
+# sm90 tile schedulers: "persistent" (data-parallel tiles) or "streamk" (CUTLASS's stream-K
+# scheduler, which also runs split-K: K slices reduced in a workspace; cooperative only).
+TILE_SCHEDULERS = ("persistent", "streamk")
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class SparseGemmConfig:
     # CUTLASS 3.x (family sm90) only: thread-block cluster and warp-specialized schedule.
     cluster: tuple[int, int, int] = (1, 1, 1)
     schedule: str = "none"           # sm90: "cooperative" | "pingpong"
+    tile_scheduler: str = "persistent"   # sm90: one of TILE_SCHEDULERS
 
     def __post_init__(self):
         checks = [
@@ -76,6 +80,9 @@ class SparseGemmConfig:
             (self.family in FAMILIES, f"family {self.family!r} must be one of {sorted(FAMILIES)}"),
             ((self.schedule in SCHEDULES) == (self.family == "sm90"),
              f"schedule {self.schedule!r}: sm90 takes one of {sorted(SCHEDULES)}, sm80 none"),
+            (self.tile_scheduler in TILE_SCHEDULERS, f"tile_scheduler {self.tile_scheduler!r} must be one of {TILE_SCHEDULERS}"),
+            (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
+             "tile_scheduler 'streamk' needs the sm90 'cooperative' schedule (CUTLASS's ping-pong kernel has no stream-K)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -148,6 +155,8 @@ class SparseGemmConfig:
         name = self.operation.procedural_name()
         if (self.alignment_b, self.alignment_c) != (self.alignment_a, self.alignment_a):
             name += f"_b{self.alignment_b}c{self.alignment_c}"
+        if self.tile_scheduler != "persistent":
+            name += f"_{self.tile_scheduler}"
         return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
 
     @functools.cached_property

@@ -31,7 +31,7 @@ SETUP = arguments.StructLayout("CutlassSparseSm90Setup", (
     ("params_out", "void *", np.uint64),        # sizeof(Params) bytes, 64-byte aligned
     ("templates", "void const *", np.uint64),   # 128 bytes per TMA slot, or null: leave recipes
     ("recipes_out", "void *", np.uint64),       # 128 bytes per TMA slot, or null
-    ("info_out", "long long *", np.uint64),     # grid x, y, z, workspace bytes, can_implement, slots
+    ("info_out", "long long *", np.uint64),     # INFO_FIELDS, or null: report nothing
     ("workspace", "void *", np.uint64),
     ("ldb", "long long", np.int64),
     ("ldc", "long long", np.int64),
@@ -42,10 +42,15 @@ SETUP = arguments.StructLayout("CutlassSparseSm90Setup", (
     ("sm_count", "int", np.int32),
     ("swizzle", "int", np.int32),               # tile scheduler: max swizzle size (1, 2, 4, 8)
     ("raster", "int", np.int32),                # 0 heuristic, 1 along M, 2 along N
+    ("splits", "int", np.int32),                # stream-K scheduler: K slices (split-K) when > 1
+    ("decomposition", "int", np.int32),         # stream-K scheduler: DECOMPOSITIONS value
     ("alpha", "float", np.float32),
     ("beta", "float", np.float32),
 ))
-INFO_FIELDS = ("grid_x", "grid_y", "grid_z", "workspace_bytes", "can_implement", "tma_slots")
+INFO_FIELDS = ("grid_x", "grid_y", "grid_z", "workspace_bytes", "can_implement", "tma_slots",
+               "barrier_offset", "barrier_bytes")
+# CUTLASS's DecompositionMode, in declaration order.
+DECOMPOSITIONS = {"heuristic": 0, "data_parallel": 1, "split_k": 2, "stream_k": 3}
 
 # NVRTC has no C++ standard library; CUTLASS 3.x names a few std:: traits (cuda::std has them).
 BEFORE_INCLUDES = """\
@@ -107,7 +112,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     ${kernel_schedule}>::CollectiveOp;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
-    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, ${tile_scheduler}>;
 using Params = typename GemmKernel::Params;
 using SparseConfig = typename CollectiveMainloop::SparseConfig;
 namespace expected { ${sparse_config_decl} }
@@ -185,12 +190,14 @@ extern "C" __global__ void ${name}_setup(${setup_name} const args) {
       hw_info};
   arguments.scheduler.max_swizzle_size = args.swizzle;
   arguments.scheduler.raster_order = static_cast<decltype(arguments.scheduler.raster_order)>(args.raster);
+${scheduler_arguments}
   Params params = GemmKernel::to_underlying_arguments(arguments, args.workspace);
   unsigned char* out = static_cast<unsigned char *>(args.params_out);
   unsigned char const* raw = reinterpret_cast<unsigned char const *>(&params);
   for (int i = 0; i < int(sizeof(Params)); ++i) out[i] = raw[i];
   int slots = encode_tma_slots(out, int(sizeof(Params)), static_cast<unsigned char const *>(args.templates),
                                static_cast<unsigned char *>(args.recipes_out));
+  if (args.info_out == nullptr) return;   // a repeat: the host knows all of this already
   dim3 grid = GemmKernel::get_grid_shape(params);
   args.info_out[0] = grid.x;
   args.info_out[1] = grid.y;
@@ -198,6 +205,10 @@ extern "C" __global__ void ${name}_setup(${setup_name} const args) {
   args.info_out[3] = (long long)GemmKernel::get_workspace_size(arguments);
   args.info_out[4] = GemmKernel::can_implement(arguments) ? 1 : 0;
   args.info_out[5] = slots;
+  long long barrier_offset = 0, barrier_bytes = 0;
+${barrier_region}
+  args.info_out[6] = barrier_offset;
+  args.info_out[7] = barrier_bytes;
 }
 
 extern "C" __global__ void
@@ -229,6 +240,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "stages": stages,
         "kernel_schedule": KernelScheduleTag[kernel_schedule],
         "epilogue_schedule": EpilogueScheduleTag[epilogue_schedule],
+        **_scheduler_snippets(config),
         "setup_struct": SETUP.cpp(),
         "setup_name": SETUP.name,
         "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element]),
@@ -237,6 +249,44 @@ def emit(config: SparseGemmConfig) -> Emitted:
     return Emitted(source, {config.name: 8, f"{config.name}_setup": SETUP.dtype.itemsize},
                    ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(),
                    ("--device-int128",))
+
+
+# Stream-K/split-K reduce K slices through the workspace: partial tiles, then one barrier
+# word per tile and warp group that must be zero before every launch (CUTLASS's host-side
+# initialize_workspace does that with a memset; here the host zeroes the region this
+# reports). The region follows the epilogue's and the scheduler's reduction workspace.
+STREAMK_ARGUMENTS = """\
+  arguments.scheduler.splits = args.splits;
+  arguments.scheduler.decomposition_mode =
+      static_cast<decltype(arguments.scheduler.decomposition_mode)>(args.decomposition);"""
+
+STREAMK_BARRIER_REGION = """\
+  {
+    using Scheduler = typename GemmKernel::TileScheduler;
+    auto problem_mnkl = make_shape(args.m, args.n, args.k, 1);
+    dim3 blocks = Scheduler::get_tiled_cta_shape_mnl(problem_mnkl, TileShape{}, ClusterShape{});
+    uint32_t k_tiles = uint32_t((args.k + size<2>(TileShape{}) - 1) / size<2>(TileShape{}));
+    size_t barrier = 0, reduction = 0;
+    Scheduler::Params::get_workspace_component_sizes(
+        blocks, k_tiles, cutlass::gemm::to_gemm_coord(TileShape{}),
+        cutlass::gemm::to_gemm_coord(ClusterShape{}), barrier, reduction, hw_info,
+        arguments.scheduler.splits, arguments.scheduler.max_swizzle_size, arguments.scheduler.raster_order,
+        arguments.scheduler.decomposition_mode, arguments.scheduler.reduction_mode,
+        GemmKernel::NumMmaWarpGroups, cute::sizeof_bits<typename Scheduler::BarrierType>::value,
+        cute::sizeof_bits<float>::value, CollectiveEpilogue::get_store_pipe_increment(TileShape{}));
+    size_t epilogue = cutlass::round_nearest(CollectiveEpilogue::get_workspace_size(problem, arguments.epilogue),
+                                             cutlass::MinWorkspaceAlignment);
+    barrier_offset = (long long)(epilogue + reduction);
+    barrier_bytes = (long long)barrier;
+  }"""
+
+
+def _scheduler_snippets(config: SparseGemmConfig) -> dict:
+    if config.tile_scheduler == "streamk":
+        return {"tile_scheduler": "cutlass::gemm::StreamKScheduler",
+                "scheduler_arguments": STREAMK_ARGUMENTS, "barrier_region": STREAMK_BARRIER_REGION}
+    return {"tile_scheduler": "cutlass::gemm::PersistentScheduler",
+            "scheduler_arguments": "", "barrier_region": ""}
 
 
 # -- compressor: CUTLASS's own sm90 2:4 compressor, so the layout is by definition the

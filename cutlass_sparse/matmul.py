@@ -91,6 +91,7 @@ def _row_stride(array, cols: int) -> int:
 
 def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0.0, c=None,
            out_dtype=None, config: str | SparseGemmConfig | None = None, family: str | None = None,
+           split_k: int | None = None, split_k_mode: str | None = None, workspace=None,
            info: dict | None = None):
     """y = alpha * (sw @ x) + beta * c, computed by a CUTLASS 2:4 sparse tensor-core kernel.
 
@@ -104,6 +105,11 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     TMA, sm_90 GPUs). Default: the family sw was compressed for (cs.compress picks sm90
     on an sm_90 GPU). A matrix compressed for one family is refused by the other:
     convert it with sw.to_layout(family).
+
+    split_k: K slices. "serial" (sm90: CUTLASS 3.x's stream-K scheduler reduces the slices
+    in order through a workspace, in the same kernel). Default: chosen per shape.
+    workspace: a device buffer of at least cs.workspace_size(...) bytes; default: one
+    from CuPy's pool, kept with the call's cached parameters.
     """
     import cupy
 
@@ -145,8 +151,13 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
             raise ValueError("beta is non-zero but c is None")
         c = _check_output_like(c, "c", m, n, np_out, device_id)
     layout_b, ldb = _matrix_layout(x, "x")
+    split_k, split_k_mode = _check_split_k(split_k, split_k_mode, family)
+    if workspace is not None:
+        workspace = as_device_array(workspace, "workspace")
+        _check_same_device(workspace, "workspace", device_id)
     if family == "sm90":
-        return _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info)
+        return _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info,
+                            split_k, workspace)
     m_pad, k_stored = sw.padded_shape
     fam = catalog.load(SM80)
 
@@ -241,7 +252,23 @@ def _resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n,
     return _Launch(kernel, (tiled[0] * swizzle, cdiv(tiled[1], swizzle), tiled[2]), block)
 
 
-def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info):
+SPLIT_K_MODES = {"sm80": ("serial", "parallel"), "sm90": ("serial",)}
+
+
+def _check_split_k(split_k, split_k_mode, family):
+    if split_k is not None and (isinstance(split_k, bool) or not isinstance(split_k, (int, np.integer))
+                                or split_k < 1):
+        raise ValueError(f"split_k must be an integer >= 1, got {split_k!r}")
+    if split_k_mode is not None and split_k_mode not in ("serial", "parallel"):
+        raise ValueError(f"split_k_mode {split_k_mode!r} must be 'serial' or 'parallel'")
+    if split_k_mode is not None and split_k_mode not in SPLIT_K_MODES[family]:
+        raise ValueError(f"split_k_mode {split_k_mode!r} is not offered by the {family} family (it has "
+                         f"{SPLIT_K_MODES[family]}: CUTLASS 3.x reduces K slices inside the GEMM kernel)")
+    return (None if split_k is None else int(split_k)), split_k_mode
+
+
+def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info, split_k,
+                 workspace):
     import cupy
 
     from . import sm90
@@ -261,13 +288,53 @@ def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
                     f"{what} (leading dimension {ld}, address {array.data.ptr:#x}) breaks the sm90 kernels' "
                     f"TMA rule: 16-byte aligned address and leading dimension a multiple of {16 // item} "
                     f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
-        if config is None:
-            tile = selection.choose_tile("sm90", m, n, k, _device_facts(x.device.id)[1])
-            config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, 16 // np_out.itemsize)
-        else:
-            _check_config_fits(config, element, element_out, layout_b, 8, 16 // np_out.itemsize)
-        sm90.matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info)
+        config, scheduling = _resolve_sm90(m, n, k, x.device.id, element, element_out, layout_b, config, split_k)
+        sm90.matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace)
         return d
+
+
+def _resolve_sm90(m, n, k, device_id, element, element_out, layout_b, config, split_k):
+    """The sm90 kernel and K decomposition for a problem (the caller's config, or the catalog's)."""
+    from . import sm90
+
+    alignment_c = 16 // dtypes.numpy_dtype(element_out).itemsize
+    if config is None:
+        tile, splits = selection.choose_sm90(m, n, k, _device_facts(device_id)[1], split_k)
+        config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
+    else:
+        _check_config_fits(config, element, element_out, layout_b, 8, alignment_c)
+        splits = split_k or 1
+    if splits > 1 and config.tile_scheduler != "streamk":
+        raise ValueError(f"split_k={splits} needs an sm90 stream-K kernel; {config.name} is not one")
+    if splits > cdiv(k, config.threadblock[2]):
+        raise ValueError(f"split_k={splits} exceeds the {cdiv(k, config.threadblock[2])} K tiles of "
+                         f"K = {k} with {config.name}")
+    return config, sm90.Scheduling.split_k(splits)
+
+
+def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseGemmConfig | None = None,
+                   family: str | None = None, split_k: int | None = None, split_k_mode: str | None = None) -> int:
+    """Bytes of workspace cs.matmul needs for these operands and options (0 when none).
+
+    Pass a buffer at least this large as matmul(..., workspace=buf) to keep a call free of
+    allocation (CUDA graph capture); the result is the same for any data of these shapes.
+    """
+    from . import sm90
+
+    family = family or sw.layout
+    x = as_device_array(x, "x")
+    split_k, split_k_mode = _check_split_k(split_k, split_k_mode, family)
+    if family != "sm90":
+        return 0
+    if isinstance(config, str):
+        config = catalog.find(config, family)
+    element = dtypes.name_of(sw.dtype)
+    element_out = element if out_dtype is None else dtypes.parse(out_dtype)
+    layout_b, _ = _matrix_layout(x, "x")
+    m, k = sw.shape
+    config, scheduling = _resolve_sm90(m, x.shape[1], k, x.device.id, element, element_out, layout_b, config,
+                                       split_k)
+    return sm90.workspace_size(config, x.device.id, m, x.shape[1], k, scheduling)
 
 
 def _check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c) -> None:

@@ -7,6 +7,8 @@ Two host-only steps stand between CUTLASS 3.x's Params construction and NVRTC:
   kernel later turns each recipe into a real descriptor.
 - KernelHardwareInfo's SM-count query is host-only; under NVRTC the patch gives a stub
   (the caller always supplies the SM count).
+- The stream-K scheduler computes its workspace sizes only on the host; the patch lets
+  the setup entry compute them (they depend on the SM count, which the caller passes).
 - uint128_t falls back to a breakpoint (a kernel fault) for 128-bit division unless it
   sees GCC on x86; NVRTC has __int128 on the device (--device-int128), so the patch
   turns the native type on. Without it the tile scheduler's FastDivmodU64 trapped for
@@ -25,6 +27,7 @@ from . import env
 TMA_HEADER = "cute/atom/copy_traits_sm90_tma.hpp"
 HW_INFO_HEADER = "cutlass/kernel_hardware_info.h"
 UINT128_HEADER = "cutlass/uint128.h"
+SCHEDULER_PARAMS_HEADER = "cutlass/gemm/kernel/tile_scheduler_params.h"
 
 # Recipe layout inside the 128-byte descriptor (mirrored by tma.RECIPE_DTYPE).
 RECIPE_HOOK = r"""
@@ -85,6 +88,14 @@ _PATCHES = {
         ("/// Optionally enable GCC's built-in type\n#if ",
          "/// Optionally enable GCC's built-in type\n#if defined(__CUDACC_RTC__)\n"
          "#define CUTLASS_UINT128_NATIVE  // cutlass_sparse: NVRTC with --device-int128\n#elif "),
+    ],
+    # The stream-K scheduler sizes its workspace only on the host (it would query the SM
+    # count, which the caller supplies here); the setup entry needs those sizes.
+    SCHEDULER_PARAMS_HEADER: [
+        ("  #if !defined(__CUDACC_RTC__)\n  static void\n  get_workspace_component_sizes(",
+         "  #if 1  // cutlass_sparse: also under NVRTC\n  static void\n  get_workspace_component_sizes("),
+        ("    #if !defined(__CUDACC_RTC__)\n      get_workspace_component_sizes(",
+         "    #if 1  // cutlass_sparse: also under NVRTC\n      get_workspace_component_sizes("),
     ],
     HW_INFO_HEADER: [
         ("    return {device_id, sm_count, max_active_clusters};\n  }\n#endif\n};",

@@ -34,6 +34,39 @@ def choose_tile(family: str, m: int, n: int, k: int, sm_count: int):
     return min(catalog.load(family).tiles, key=lambda tile: cost(tile[0], m, n, k, sm_count))
 
 
+# K slices a stream-K kernel may be given when selection chooses (split_k=None).
+SPLIT_CHOICES = (1, 2, 3, 4, 6, 8)
+# Cost of reducing one accumulator element through the workspace, against loading one
+# operand element per K step (both summed over a wave); calibrated on the H100.
+REDUCE_WEIGHT = 4.0
+
+
+def split_cost(threadblock, splits: int, m: int, n: int, k: int, sm_count: int) -> float:
+    """cost() for a tile whose K is cut into `splits` slices reduced through a workspace."""
+    tm, tn, tk = threadblock
+    k_tiles = cdiv(k, tk)
+    waves = cdiv(cdiv(m, tm) * cdiv(n, tn) * splits, sm_count)
+    reduce = REDUCE_WEIGHT * tm * tn if splits > 1 else 0.0
+    return waves * ((tm + tn) * cdiv(k_tiles, splits) * tk + reduce)
+
+
+@functools.lru_cache(maxsize=4096)
+def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = None):
+    """(tile, splits) of least cost among the sm90 catalog's tiles; stream-K tiles may split K.
+    split_k, if given, is the number of slices (split_k > 1 leaves only stream-K tiles)."""
+    options = []
+    for tile in catalog.load("sm90").tiles:
+        streamk = tile[5] == "streamk"
+        if split_k is not None:
+            choices = (split_k,) if (streamk or split_k == 1) else ()
+        else:
+            choices = SPLIT_CHOICES if streamk else (1,)
+        options += [(tile, s) for s in choices if s <= cdiv(k, tile[0][2])]
+    if not options:
+        raise ValueError(f"split_k={split_k}: K = {k} has fewer K tiles than slices")
+    return min(options, key=lambda o: split_cost(o[0][0], o[1], m, n, k, sm_count))
+
+
 def output_alignments(family: str, element_out: str) -> tuple[int, ...]:
     """C/D vector widths the catalog offers, capped at 16-byte accesses."""
     item = dtypes.numpy_dtype(element_out).itemsize
@@ -48,7 +81,7 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
     """
     fam = catalog.load(family)
     if family == "sm90":   # TMA: fixed 16-byte vectors (matmul refuses operands that break them)
-        tile = choose_tile(family, m, n, k, sm_count)
+        tile, _ = choose_sm90(m, n, k, sm_count)
         return fam.config(tile, element, element_out, layout_b, 8, 16 // dtypes.numpy_dtype(element_out).itemsize)
     if n == 1:
         layout_b = "col"   # matmul reads a single column as column-major

@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from . import kernels, runtime, tma
 from .description import CompressorConfig, SparseGemmConfig
 from .selection import round_up
-from .emit_sm90 import INFO_FIELDS, SETUP, COMPRESS
+from .emit_sm90 import COMPRESS, DECOMPOSITIONS, INFO_FIELDS, SETUP
 
 LAYOUT = "sm90"
 
@@ -96,67 +97,160 @@ def _prepare(loaded, compiled, device_id, block, info_out, setup):
     problem = f"{int(f['m'])}x{int(f['n'])}x{int(f['k'])}"
     if not info["can_implement"]:
         raise ValueError(f"CUTLASS cannot implement {problem} with {compiled.symbol}: use family='sm80'")
-    if info["workspace_bytes"]:
-        raise RuntimeError(f"{compiled.symbol} needs {info['workspace_bytes']} workspace bytes; none is provided")
     if not 0 < info["tma_slots"] <= 16:
         raise RuntimeError(f"{compiled.symbol}: setup found {info['tma_slots']} TMA descriptor slots")
     templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
-    return templates, (info["grid_x"], info["grid_y"], info["grid_z"])
+    return Prepared(templates, (info["grid_x"], info["grid_y"], info["grid_z"]), info["workspace_bytes"],
+                    info["barrier_offset"], info["barrier_bytes"])
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What one problem signature needs besides pointers: descriptor templates, the grid, and
+    the workspace (bytes, and the barrier region that is zeroed before every launch)."""
+
+    templates: object
+    grid: tuple[int, int, int]
+    workspace_bytes: int
+    barrier_offset: int
+    barrier_bytes: int
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """How the stream-K scheduler divides K: DECOMPOSITIONS key and K slices (split-K)."""
+
+    decomposition: str = "data_parallel"
+    splits: int = 1
+
+    @classmethod
+    def split_k(cls, splits: int) -> "Scheduling":
+        return cls("split_k", splits) if splits > 1 else cls()
+
+
+@dataclass
+class _Ready:
+    """A built launch: Params in device memory, its grid, and the workspace it points into."""
+
+    params: object
+    grid: tuple[int, int, int]
+    workspace: object
+    barrier: tuple[int, int]      # (byte offset, bytes) to zero before each launch
 
 
 def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig, ldb: int,
-           ldc: int, ldd: int, info: dict | None):
+           ldc: int, ldd: int, info: dict | None, scheduling: Scheduling = Scheduling(), workspace=None):
     """Launch (setup and) GEMM on the current stream. Operands are validated by the caller."""
+    import cupy
+
     device_id = x.device.id
     arch = _arch(device_id)
     m, k = sw.shape
     n = x.shape[1]
+    if scheduling != Scheduling() and config.tile_scheduler != "streamk":
+        raise ValueError(f"{scheduling.decomposition} with {scheduling.splits} splits needs a stream-K kernel; "
+                         f"{config.name} has the persistent scheduler")
     compiled = kernels.get(config, arch)
     loaded = runtime.load(compiled)
+    workspace_ptr = 0 if workspace is None else workspace.data.ptr
     signature = (compiled.key, device_id, sw.values.data.ptr, sw.metadata.data.ptr, x.data.ptr,
-                 c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, m, n, k, float(alpha), float(beta))
+                 c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, m, n, k, float(alpha), float(beta),
+                 scheduling, workspace_ptr)
     with _params_lock:
-        cached = _params_cache.get(signature)
-        if cached is not None:
+        ready = _params_cache.get(signature)
+        if ready is not None:
             _params_cache.move_to_end(signature)
-    if cached is None:
-        cached = _build_params(loaded, compiled, device_id, signature[2:7], ldb, ldc, ldd, m, n, k, alpha, beta,
-                               config.swizzle)
+    if ready is None:
+        ready = _build_params(loaded, compiled, device_id, signature[2:7], ldb, ldc, ldd, m, n, k, alpha, beta,
+                              config.swizzle, scheduling, workspace)
         with _params_lock:
-            _params_cache[signature] = cached
+            _params_cache[signature] = ready
             while len(_params_cache) > _PARAMS_CACHE_SIZE:
                 _params_cache.popitem(last=False)
-    params, grid = cached
-    loaded.launch(device_id, grid, (params,))
+    offset, nbytes = ready.barrier
+    if nbytes:
+        # The reduction's turnstiles count up during a launch; each launch starts from zero.
+        cupy.cuda.runtime.memsetAsync(ready.workspace.data.ptr + offset, 0, nbytes,
+                                      cupy.cuda.get_current_stream().ptr)
+    loaded.launch(device_id, ready.grid, (ready.params,))
     if info is not None:
         info.update(config=config.name, arch=arch, from_cache=compiled.from_cache,
-                    compile_seconds=compiled.compile_seconds, grid=grid, k_padded=False)
+                    compile_seconds=compiled.compile_seconds, grid=ready.grid, k_padded=False,
+                    decomposition=scheduling.decomposition, split_k=scheduling.splits,
+                    workspace_bytes=0 if ready.workspace is None else ready.workspace.nbytes)
 
 
-def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle):
-    """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
+def workspace_size(config: SparseGemmConfig, device_id: int, m: int, n: int, k: int,
+                   scheduling: Scheduling = Scheduling()) -> int:
+    """Bytes of workspace this kernel needs for an M x N x K problem (0 for most)."""
+    if config.tile_scheduler != "streamk":
+        return 0
     import cupy
 
-    params = cupy.empty(compiled.constants["params_bytes"], dtype=cupy.uint8)
-    info_out = cupy.zeros(len(INFO_FIELDS), dtype=cupy.int64)
+    compiled = kernels.get(config, _arch(device_id))
+    loaded = runtime.load(compiled)
+    with cupy.cuda.Device(device_id):
+        # Sizes depend on shape and scheduling only; dummy aligned addresses stand in for operands.
+        scratch = cupy.empty(256, dtype=cupy.uint8)
+        p = scratch.data.ptr
+        prepared = _prepared_for(loaded, compiled, device_id, (p, p, p, p, p), n, n, n, m, n, k, 1.0, 0.0,
+                                 config.swizzle, scheduling)
+    return prepared.workspace_bytes
+
+
+def _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle, scheduling):
     block = SETUP.new_block()
     f = block[0]
     f["a"], f["e"], f["b"], f["c"], f["d"] = pointers
-    f["params_out"], f["info_out"] = params.data.ptr, info_out.data.ptr
     f["ldb"], f["ldc"], f["ldd"] = ldb, ldc, ldd
     f["m"], f["n"], f["k"] = m, n, k
     f["sm_count"] = _sm_count(device_id)
     f["swizzle"], f["raster"] = swizzle, 0
+    f["splits"], f["decomposition"] = scheduling.splits, DECOMPOSITIONS[scheduling.decomposition]
     f["alpha"], f["beta"] = alpha, beta
-    setup = f"{compiled.symbol}_setup"
-    shape_key = (compiled.key, device_id, m, n, k, ldb, ldc, ldd)
+    return block
+
+
+def _prepared_for(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle,
+                  scheduling) -> Prepared:
+    import cupy
+
+    shape_key = (compiled.key, device_id, m, n, k, ldb, ldc, ldd, scheduling)
     prepared = _prepared.get(shape_key)
     if prepared is None:
         with _prepared_lock:
             prepared = _prepared.get(shape_key)
             if prepared is None:
-                prepared = _prepared[shape_key] = _prepare(loaded, compiled, device_id, block, info_out, setup)
-    templates, grid = prepared
-    f["templates"] = templates.data.ptr
-    loaded.launch(device_id, (1, 1, 1), block, symbol=setup, threads=1, shared_bytes=0)
-    return params, grid
+                block = _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle,
+                                     scheduling)
+                params = cupy.empty(compiled.constants["params_bytes"], dtype=cupy.uint8)
+                info_out = cupy.zeros(len(INFO_FIELDS), dtype=cupy.int64)
+                block[0]["params_out"], block[0]["info_out"] = params.data.ptr, info_out.data.ptr
+                prepared = _prepared[shape_key] = _prepare(loaded, compiled, device_id, block, info_out,
+                                                           f"{compiled.symbol}_setup")
+    return prepared
+
+
+def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle,
+                  scheduling, workspace) -> _Ready:
+    """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
+    import cupy
+
+    prepared = _prepared_for(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta,
+                             swizzle, scheduling)
+    if prepared.workspace_bytes:
+        if workspace is None:
+            workspace = cupy.empty(prepared.workspace_bytes, dtype=cupy.uint8)
+        elif workspace.nbytes < prepared.workspace_bytes or workspace.data.ptr % 128:
+            raise ValueError(f"workspace holds {workspace.nbytes} bytes at {workspace.data.ptr:#x}; this call needs "
+                             f"{prepared.workspace_bytes} bytes, 128-byte aligned (cs.workspace_size)")
+    else:
+        workspace = None
+    params = cupy.empty(compiled.constants["params_bytes"], dtype=cupy.uint8)
+    block = _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle, scheduling)
+    f = block[0]
+    f["params_out"], f["info_out"] = params.data.ptr, 0
+    f["templates"] = prepared.templates.data.ptr
+    f["workspace"] = 0 if workspace is None else workspace.data.ptr
+    loaded.launch(device_id, (1, 1, 1), block, symbol=f"{compiled.symbol}_setup", threads=1, shared_bytes=0)
+    return _Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))

@@ -39,6 +39,19 @@ def cases():
     yield from EXTRA
 
 
+# sm90 split-K: (M, N, K) whose K splits raggedly into 2, 3 and 8 slices of 128-wide tiles.
+SM90_SPLIT_SHAPES = [(256, 64, 1040), (1000, 136, 3008)]
+SPLITS = [1, 2, 3, 8]
+
+
+def sm90_streamk_config(dtype="f16", layout="row"):
+    from cutlass_sparse import catalog
+
+    fam = catalog.load("sm90")
+    tile = next(t for t in fam.tiles if t[5] == "streamk")
+    return fam.config(tile, dtype, dtype, layout, 8, 8)
+
+
 def sm90_configs(sm_count: int = 132):
     from cutlass_sparse import catalog, selection
 
@@ -46,12 +59,13 @@ def sm90_configs(sm_count: int = 132):
     for m, n, k in SM90_SHAPES + [(256, 64, 256), (200, 64, 256), (128, 64, 128), (200, 64, 256)]:
         for dtype in DTYPES:
             for layout in LAYOUTS:
-                tile = selection.choose_tile("sm90", m, n, k, sm_count)
+                tile, _ = selection.choose_sm90(m, n, k, sm_count)
                 yield fam.config(tile, dtype, dtype, layout, 8, 8)
-    tile = selection.choose_tile("sm90", 256, 64, 256, sm_count)
+    yield sm90_streamk_config()
+    tile, _ = selection.choose_sm90(256, 64, 256, sm_count)
     yield fam.config(tile, "bf16", "f32", "row", 8, 4)
     for k in (128, 256, 200):
-        tile = selection.choose_tile("sm90", 200, k, 200, sm_count)   # to_dense: sw @ I_K
+        tile, _ = selection.choose_sm90(200, k, 200, sm_count)   # to_dense: sw @ I_K
         for dtype in DTYPES:
             yield fam.config(tile, dtype, "f32", "row", 8, 4)
 

@@ -87,3 +87,53 @@ def test_tma_rule_violations_raise():
         cs.matmul(sw, cupy.zeros((128, 60), dtype=cupy.float16))
     with pytest.raises(ValueError, match="K a multiple of 16"):
         cs.compress(cupy.zeros((32, 40), dtype=cupy.float16), layout="sm90")
+
+
+@pytest.mark.parametrize("splits", gpu_cases.SPLITS)
+@pytest.mark.parametrize("shape", gpu_cases.SM90_SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_sm90_split_k_serial(shape, splits):
+    m, n, k = shape
+    w, sw, x = operands(m, n, k, "f16", "row", seed=splits)
+    config = gpu_cases.sm90_streamk_config()
+    info = {}
+    y = poisoned((m, n), np.float16)
+    cs.matmul(sw, x, out=y, config=config, split_k=splits, split_k_mode="serial", info=info)
+    assert info["split_k"] == splits and (info["workspace_bytes"] > 0) == (splits > 1)
+    check(y, w, x, "f16")
+    # Same pointers again: the cached Params and workspace are reused, so the reduction's
+    # barriers must have been reset before this launch.
+    y.view(np.uint16)[...] = 0x7E00
+    cs.matmul(sw, x, out=y, config=config, split_k=splits)
+    check(y, w, x, "f16")
+
+
+def test_sm90_split_k_caller_workspace_and_errors():
+    import cupy
+
+    m, n, k = gpu_cases.SM90_SPLIT_SHAPES[0]
+    w, sw, x = operands(m, n, k, "f16", "row", seed=11)
+    config = gpu_cases.sm90_streamk_config()
+    need = cs.workspace_size(sw, x, config=config, split_k=3)
+    assert need > 0 and cs.workspace_size(sw, x, config=config, split_k=1) == 0
+    workspace = cupy.empty(need, dtype=cupy.uint8)
+    check(cs.matmul(sw, x, config=config, split_k=3, workspace=workspace), w, x, "f16")
+    with pytest.raises(ValueError, match="workspace holds"):
+        cs.matmul(sw, x, config=config, split_k=3, workspace=cupy.empty(need // 2, dtype=cupy.uint8))
+    with pytest.raises(ValueError, match="split_k_mode 'parallel' is not offered by the sm90 family"):
+        cs.matmul(sw, x, split_k=2, split_k_mode="parallel")
+    with pytest.raises(ValueError, match="split_k must be an integer >= 1"):
+        cs.matmul(sw, x, split_k=0)
+    with pytest.raises(ValueError, match="exceeds the 9 K tiles"):
+        cs.matmul(sw, x, config=config, split_k=10)
+    persistent = next(c for c in gpu_cases.sm90_configs() if c.tile_scheduler == "persistent")
+    with pytest.raises(ValueError, match="needs an sm90 stream-K kernel"):
+        cs.matmul(sw, x, config=persistent, split_k=2)
+
+
+@pytest.mark.parametrize("shape", [(4096, 16, 4096), (4096, 128, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_sm90_default_selection_splits_decode_shapes(shape):
+    m, n, k = shape
+    w, sw, x = operands(m, n, k, "bf16", "row", seed=12)
+    info = {}
+    check(cs.matmul(sw, x, info=info), w, x, "bf16")
+    assert info["split_k"] >= 1

@@ -10,7 +10,9 @@ from cutlass_sparse.emit_sm90 import COMPRESS, SETUP
 
 def test_header_patches_apply_once_each():
     headers = dict(nvrtc_headers.patched_headers())
-    assert set(headers) == {nvrtc_headers.TMA_HEADER, nvrtc_headers.HW_INFO_HEADER, nvrtc_headers.UINT128_HEADER}
+    assert set(headers) == {nvrtc_headers.TMA_HEADER, nvrtc_headers.HW_INFO_HEADER, nvrtc_headers.UINT128_HEADER,
+                            nvrtc_headers.SCHEDULER_PARAMS_HEADER}
+    assert headers[nvrtc_headers.SCHEDULER_PARAMS_HEADER].count("cutlass_sparse: also under NVRTC") == 2
     assert "#if defined(__CUDACC_RTC__)\n#define CUTLASS_UINT128_NATIVE" in headers[nvrtc_headers.UINT128_HEADER]
     assert "cutlass_sparse_tma::record(&tma_desc" in headers[nvrtc_headers.TMA_HEADER]
     assert "kMagic = 0x50435241544D5343ull" in headers[nvrtc_headers.TMA_HEADER]
@@ -35,10 +37,16 @@ def test_compressor_compiles_for_sm90a(shared_cache_path):
     assert c["threads"] > 0 and 0 < c["shared_bytes"] <= 48 * 1024
 
 
+def _tile(scheduler):
+    return next(t for t in catalog.load("sm90").tiles if t[5] == scheduler and t[4] == "cooperative")
+
+
 @pytest.mark.slow_compile
-def test_gemm_compiles_for_sm90a(shared_cache_path):
+@pytest.mark.parametrize("scheduler", ["persistent", "streamk"])
+def test_gemm_compiles_for_sm90a(shared_cache_path, scheduler):
     fam = catalog.load("sm90")
-    config = fam.config(fam.tiles[2], "f16", "f16", "row", 8, 8)
+    config = fam.config(_tile(scheduler), "f16", "f16", "row", 8, 8)
+    assert config.name.endswith("_streamk") == (scheduler == "streamk")
     compiled = kernels.get(config, "sm_90a", KernelCache(shared_cache_path))
     assert cubin.kernel_param_bytes(compiled.cubin, config.name) == 8            # Params const*
     assert cubin.kernel_param_bytes(compiled.cubin, f"{config.name}_setup") == SETUP.dtype.itemsize

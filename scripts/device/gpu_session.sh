@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine session, run from the repository root there: install the carried wheels
 # (.whl/), copy the carried cache (.device/compiled_cache.db) into a private directory,
-# compile missing kernels in parallel, run the GPU tests, then (BENCH set) scripts/bench.py
+# compile missing kernels in parallel, (SWEEP=script) run a sweep, run the GPU tests
+# (unless SKIP_TESTS), then (BENCH set) scripts/bench.py
 # and scripts/run_gemm.py. Logs go under $OUT (the device tool's output folder).
 OUT=${OUT:-/tmp/gpu_session_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -10,7 +11,8 @@ mkdir -m 700 -p /tmp/csd; [ -f /tmp/csd/cs.db ] || cp .device/compiled_cache.db 
 t0=$(date +%s)
 timeout 300 python3 -m tests.gpu_cases --arch sm_90 --jobs 16 > $OUT/warm80.log 2>&1; echo "warm sm80 rc=$? $(( $(date +%s) - t0 ))s"
 timeout 200 python3 -m tests.gpu_cases --family sm90 --arch sm_90a --jobs 16 > $OUT/warm90.log 2>&1; echo "warm sm90 rc=$? $(( $(date +%s) - t0 ))s"; grep -c compiled $OUT/warm90.log; grep failed $OUT/warm90.log | head -3
-timeout ${TEST_TIMEOUT:-240} python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider tests > $OUT/gpu_tests.log 2>&1; echo "pytest rc=$? $(( $(date +%s) - t0 ))s"
+[ -n "$SWEEP" ] && { timeout ${SWEEP_TIMEOUT:-300} python3 $SWEEP > $OUT/sweep.log 2>&1; echo "sweep rc=$? $(( $(date +%s) - t0 ))s"; cat $OUT/sweep.log; }
+[ -n "$SKIP_TESTS" ] || timeout ${TEST_TIMEOUT:-240} python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider tests > $OUT/gpu_tests.log 2>&1; echo "pytest rc=$? $(( $(date +%s) - t0 ))s"
 tail -25 $OUT/gpu_tests.log
 [ -n "$BENCH" ] && timeout 260 python3 scripts/bench.py --json $OUT/bench.json --png $OUT/bench.png $BENCH > $OUT/bench.log 2>&1; cat $OUT/bench.log 2>/dev/null
 timeout 60 python3 scripts/run_gemm.py --m 4096 --n 4096 --k 4096 > $OUT/run_gemm.log 2>&1; cat $OUT/run_gemm.log
