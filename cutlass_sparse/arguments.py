@@ -59,12 +59,13 @@ SM80_GEMM = StructLayout("CutlassSparseArguments", (
     ("b", "void const *", np.uint64),
     ("c", "void const *", np.uint64),
     ("d", "void *", np.uint64),
-    ("semaphore", "int *", np.uint64),         # serial split-K locks (unused for now)
+    ("semaphore", "int *", np.uint64),         # serial split-K: one lock per output tile, zeroed
     ("lda", "long long", np.int64),            # leading dimensions, in elements
     ("lde", "long long", np.int64),
     ("ldb", "long long", np.int64),
     ("ldc", "long long", np.int64),
     ("ldd", "long long", np.int64),
+    ("slice_stride", "long long", np.int64),   # parallel split-K: elements between K slices' C/D
     ("m", "int", np.int32),                    # problem as the kernel sees it
     ("n", "int", np.int32),
     ("k", "int", np.int32),
@@ -73,4 +74,23 @@ SM80_GEMM = StructLayout("CutlassSparseArguments", (
     ("grid_k", "int", np.int32),
     ("alpha", "float", np.float32),
     ("beta", "float", np.float32),
+    ("activation_arg", "float", np.float32),   # leaky_relu's negative slope
+    ("reserved", "int", np.int32),
+))
+
+# The parallel split-K reduction entry (emit_reduction.py).
+REDUCE_SPLIT_K = StructLayout("CutlassSparseReduceArguments", (
+    ("workspace", "void const *", np.uint64),  # fp32 partials [slices, M, ld_workspace]
+    ("source", "void const *", np.uint64),     # C
+    ("destination", "void *", np.uint64),      # D
+    ("slice_stride", "long long", np.int64),   # elements between slices
+    ("ld_workspace", "long long", np.int64),
+    ("ld_source", "long long", np.int64),
+    ("ld_destination", "long long", np.int64),
+    ("m", "int", np.int32),
+    ("n", "int", np.int32),
+    ("slices", "int", np.int32),
+    ("alpha", "float", np.float32),
+    ("beta", "float", np.float32),
+    ("activation_arg", "float", np.float32),
 ))

@@ -34,6 +34,13 @@ LAYOUTS = {"row": LayoutType.RowMajor, "col": LayoutType.ColumnMajor}
 SWIZZLES = {1: SwizzlingFunctor.Identity1, 2: SwizzlingFunctor.Identity2,
             4: SwizzlingFunctor.Identity4, 8: SwizzlingFunctor.Identity8}
 EPILOGUES = {"linear_combination": EpilogueFunctor.LinearCombination}
+# Activations applied after alpha * acc + beta * C: name -> CUTLASS's functor in
+# cutlass::epilogue::thread (2.x LinearCombinationGeneric, 3.x fusion LinCombEltAct).
+# leaky_relu takes its negative slope at run time.
+ACTIVATIONS = {
+    "identity": "Identity", "relu": "ReLu", "leaky_relu": "LeakyReLU", "gelu": "GELU",
+    "gelu_tanh": "GELU_taylor", "silu": "SiLu", "sigmoid": "Sigmoid", "tanh": "Tanh", "hardswish": "HardSwish",
+}
 FAMILIES = ("sm80", "sm90")
 # sm90 warp-specialized schedules: (kernel schedule, epilogue schedule) in cutlass_library terms.
 SCHEDULES = {
@@ -68,6 +75,8 @@ class SparseGemmConfig:
     cluster: tuple[int, int, int] = (1, 1, 1)
     schedule: str = "none"           # sm90: "cooperative" | "pingpong"
     tile_scheduler: str = "persistent"   # sm90: one of TILE_SCHEDULERS
+    activation: str = "identity"     # one of ACTIVATIONS
+    split_k_serial: bool = False     # sm80: K slices accumulate in order into D (semaphores)
 
     def __post_init__(self):
         checks = [
@@ -80,6 +89,9 @@ class SparseGemmConfig:
             (self.family in FAMILIES, f"family {self.family!r} must be one of {sorted(FAMILIES)}"),
             ((self.schedule in SCHEDULES) == (self.family == "sm90"),
              f"schedule {self.schedule!r}: sm90 takes one of {sorted(SCHEDULES)}, sm80 none"),
+            (self.activation in ACTIVATIONS, f"activation {self.activation!r} must be one of {sorted(ACTIVATIONS)}"),
+            (not (self.split_k_serial and self.is_3x), "split_k_serial is an sm80 kernel variant (sm90 splits K "
+             "with its stream-K scheduler)"),
             (self.tile_scheduler in TILE_SCHEDULERS, f"tile_scheduler {self.tile_scheduler!r} must be one of {TILE_SCHEDULERS}"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
              "tile_scheduler 'streamk' needs the sm90 'cooperative' schedule (CUTLASS's ping-pong kernel has no stream-K)"),
@@ -157,6 +169,10 @@ class SparseGemmConfig:
             name += f"_b{self.alignment_b}c{self.alignment_c}"
         if self.tile_scheduler != "persistent":
             name += f"_{self.tile_scheduler}"
+        if self.activation != "identity":
+            name += f"_{self.activation}"
+        if self.split_k_serial:
+            name += "_splitkserial"
         return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
 
     @functools.cached_property
@@ -178,6 +194,32 @@ class SparseGemmConfig:
         for f in ("threadblock", "warps", "instruction", "cluster"):
             fields[f] = tuple(fields[f])
         return cls(**fields)
+
+
+@dataclass(frozen=True)
+class ReductionConfig:
+    """The parallel split-K reduction (family "sm80_reduction"): sums fp32 partial tiles
+    [slices, M, N] and applies the epilogue (alpha, beta, C, activation) into D."""
+
+    element_out: str
+    alignment: int                   # elements per access of D, C and the workspace
+    activation: str = "identity"
+    family: str = "sm80_reduction"
+
+    def __post_init__(self):
+        if self.element_out not in ("f16", "bf16", "f32"):
+            raise ValueError(f"element_out {self.element_out!r} must be 'f16', 'bf16' or 'f32'")
+        if self.alignment not in (1, 2, 4, 8):
+            raise ValueError(f"alignment {self.alignment} must be 1, 2, 4 or 8")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {self.activation!r} must be one of {sorted(ACTIVATIONS)}")
+
+    @property
+    def name(self) -> str:
+        return f"cutlass_sparse_reduce_splitk_f32_{self.element_out}_align{self.alignment}_{self.activation}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,13 @@ def data_type(name: str) -> DataType:
     return _BY_NAME[name][1]
 
 
+def cutlass_type(name: str) -> str:
+    """The CUTLASS C++ type of an element name (cutlass::half_t, ...)."""
+    from cutlass_library.library import DataTypeTag
+
+    return DataTypeTag[data_type(name)]
+
+
 def parse(name_or_dtype) -> str:
     """Accept 'f16', 'fp16', 'float16', np.float16, ml_dtypes.bfloat16... -> canonical name."""
     aliases = {"fp16": "f16", "half": "f16", "float16": "f16", "bfloat16": "bf16",

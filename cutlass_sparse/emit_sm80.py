@@ -3,14 +3,13 @@ from __future__ import annotations
 
 from cutlass_library.library import (
     DataTypeTag,
-    EpilogueFunctorTag,
     LayoutTag,
     MathOperationTag,
     OpcodeClassTag,
     SwizzlingFunctorTag,
 )
 
-from . import arguments
+from . import arguments, epilogue
 from .description import SparseGemmConfig
 from .emitted import Emitted
 from .template import substitute
@@ -22,6 +21,8 @@ TEMPLATE = """\
 #include <cutlass/gemm/gemm.h>
 #include <cutlass/gemm/kernel/default_gemm_sparse.h>
 #include <cutlass/epilogue/thread/linear_combination.h>
+#include <cutlass/epilogue/thread/linear_combination_generic.h>
+#include <cutlass/epilogue/thread/activation.h>
 #include <cuda/std/type_traits>
 
 using Kernel = typename cutlass::gemm::kernel::DefaultSparseGemm<
@@ -33,10 +34,10 @@ using Kernel = typename cutlass::gemm::kernel::DefaultSparseGemm<
     cutlass::gemm::GemmShape<${tb_m}, ${tb_n}, ${tb_k}>,
     cutlass::gemm::GemmShape<${warp_m}, ${warp_n}, ${warp_k}>,
     cutlass::gemm::GemmShape<${inst_m}, ${inst_n}, ${inst_k}>,
-    ${epilogue_functor}<${element_c}, ${alignment_c}, ${element_accumulator}, ${element_accumulator}>,
+    ${output_op},
     ${swizzle},
     ${stages},
-    false,  // serial split-K
+    ${split_k_serial},  // serial split-K
     ${math_operation}>::GemmKernel;
 
 // Metadata as the kernel reads it: the host side must compress to exactly this.
@@ -50,16 +51,19 @@ extern "C" __global__ void __launch_bounds__(Kernel::kThreadCount)
 ${name}(${arguments_name} const args) {
   using Mma = typename Kernel::Mma;
   using OutputRef = typename Kernel::Epilogue::OutputTileIterator::TensorRef;
+  using OutputOp = typename Kernel::Epilogue::OutputOp;
+  // Parallel split-K: K slice z writes its own partial tile at z * slice_stride.
+  long long const slice = (long long)blockIdx.z * args.slice_stride;
   // Params built per thread from plain values: no host compiler needed to lay them out.
   typename Kernel::Params params(
       {args.m, args.n, args.k},
       {args.grid_m, args.grid_n, args.grid_k},
       {const_cast<${element_a} *>(static_cast<${element_a} const *>(args.a)), typename Mma::IteratorA::Layout(args.lda)},
       {const_cast<${element_b} *>(static_cast<${element_b} const *>(args.b)), typename Mma::IteratorB::Layout(args.ldb)},
-      OutputRef(static_cast<${element_c} *>(const_cast<void *>(args.c)), typename OutputRef::Layout(args.ldc)),
-      OutputRef(static_cast<${element_c} *>(args.d), typename OutputRef::Layout(args.ldd)),
+      OutputRef(static_cast<${element_c} *>(const_cast<void *>(args.c)) + slice, typename OutputRef::Layout(args.ldc)),
+      OutputRef(static_cast<${element_c} *>(args.d) + slice, typename OutputRef::Layout(args.ldd)),
       {const_cast<typename Kernel::ElementE *>(static_cast<typename Kernel::ElementE const *>(args.e)), typename Mma::IteratorE::Layout(args.lde)},
-      {args.alpha, args.beta},
+      ${output_params},
       args.semaphore);
   extern __shared__ __align__(16) char shared_storage[];
   Kernel op;
@@ -87,13 +91,16 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "layout_b": LayoutTag[config.tensor_b.layout],
         "alignment_b": config.alignment_b,
         "element_c": DataTypeTag[config.tensor_c.element],
-        "alignment_c": config.alignment_c,
         "element_accumulator": DataTypeTag[mi.element_accumulator],
         "opcode_class": OpcodeClassTag[mi.opcode_class],
         "tb_m": config.threadblock[0], "tb_n": config.threadblock[1], "tb_k": config.threadblock[2],
         "warp_m": warp_shape[0], "warp_n": warp_shape[1], "warp_k": warp_shape[2],
         "inst_m": mi.instruction_shape[0], "inst_n": mi.instruction_shape[1], "inst_k": mi.instruction_shape[2],
-        "epilogue_functor": EpilogueFunctorTag[config.epilogue_functor],
+        "output_op": epilogue.output_op_2x(config.activation, DataTypeTag[config.tensor_c.element],
+                                           config.alignment_c),
+        "output_params": epilogue.output_params_2x("OutputOp", "args.alpha", "args.beta", "args.activation_arg",
+                                                   config.activation),
+        "split_k_serial": "true" if config.split_k_serial else "false",
         "swizzle": SwizzlingFunctorTag[config.swizzling_functor],
         "stages": config.stages,
         "math_operation": MathOperationTag[mi.math_operation],

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from cutlass_library.library import DataTypeTag, EpilogueScheduleTag, KernelScheduleTag, LayoutTag
 
-from . import arguments, nvrtc_headers
+from . import arguments, epilogue, nvrtc_headers
 from .description import SCHEDULES, SparseGemmConfig
 from .emitted import Emitted
 from .template import substitute
@@ -46,6 +46,8 @@ SETUP = arguments.StructLayout("CutlassSparseSm90Setup", (
     ("decomposition", "int", np.int32),         # stream-K scheduler: DECOMPOSITIONS value
     ("alpha", "float", np.float32),
     ("beta", "float", np.float32),
+    ("activation_arg", "float", np.float32),   # leaky_relu's negative slope
+    ("reserved", "int", np.int32),
 ))
 INFO_FIELDS = ("grid_x", "grid_y", "grid_z", "workspace_bytes", "can_implement", "tma_slots",
                "barrier_offset", "barrier_bytes")
@@ -101,7 +103,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     cutlass::epilogue::collective::EpilogueTileAuto, float, float,
     ElementC, cutlass::layout::RowMajor, ${alignment_c},
     ElementC, cutlass::layout::RowMajor, ${alignment_c},
-    ${epilogue_schedule}>::CollectiveOp;
+    ${epilogue_schedule}, ${fusion}>::CollectiveOp;
 
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
@@ -191,6 +193,7 @@ extern "C" __global__ void ${name}_setup(${setup_name} const args) {
   arguments.scheduler.max_swizzle_size = args.swizzle;
   arguments.scheduler.raster_order = static_cast<decltype(arguments.scheduler.raster_order)>(args.raster);
 ${scheduler_arguments}
+${set_activation_arg}
   Params params = GemmKernel::to_underlying_arguments(arguments, args.workspace);
   unsigned char* out = static_cast<unsigned char *>(args.params_out);
   unsigned char const* raw = reinterpret_cast<unsigned char const *>(&params);
@@ -241,6 +244,8 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "kernel_schedule": KernelScheduleTag[kernel_schedule],
         "epilogue_schedule": EpilogueScheduleTag[epilogue_schedule],
         **_scheduler_snippets(config),
+        "fusion": epilogue.fusion_3x(config.activation, DataTypeTag[config.tensor_c.element]),
+        "set_activation_arg": epilogue.set_activation_arg_3x(config.activation, "arguments", "args.activation_arg"),
         "setup_struct": SETUP.cpp(),
         "setup_name": SETUP.name,
         "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element]),

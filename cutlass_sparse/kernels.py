@@ -17,9 +17,10 @@ from .emitted import Emitted
 
 
 def _emitters():
-    from . import emit_sm80, emit_sm90
+    from . import emit_reduction, emit_sm80, emit_sm90
 
-    return {"sm80": emit_sm80.emit, "sm90": emit_sm90.emit, "sm90_compressor": emit_sm90.emit_compressor}
+    return {"sm80": emit_sm80.emit, "sm90": emit_sm90.emit, "sm90_compressor": emit_sm90.emit_compressor,
+            "sm80_reduction": emit_reduction.emit}
 
 
 @dataclass(frozen=True)

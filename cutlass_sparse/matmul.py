@@ -5,17 +5,16 @@ names the argument (never a kernel fault or a silent wrong answer).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 
-from . import arguments, catalog, dtypes, kernels, runtime, selection
+from . import catalog, dtypes, selection, sm80
 from .compress import SparseMatrix
-from .description import SparseGemmConfig
+from .description import ACTIVATIONS, SparseGemmConfig
 from .selection import cdiv
 
-SM80 = "sm80"   # the family of the 2.x path below; sm90 goes through _matmul_sm90
 
 
 def as_device_array(x, what: str):
@@ -51,13 +50,6 @@ def _matrix_layout(x, what: str) -> tuple[str, int]:
                      f"either dimension; pass a row- or column-major array (e.g. cupy.ascontiguousarray)")
 
 
-def _widest_alignment(candidates, ptr: int, itemsize: int, *multiples: int) -> int | None:
-    for a in candidates:
-        if ptr % (a * itemsize) == 0 and all(v % a == 0 for v in multiples):
-            return a
-    return None
-
-
 def _check_same_device(array, what: str, device_id: int) -> None:
     if array.device.id != device_id:
         raise ValueError(f"{what} is on device {array.device.id}, but x is on device {device_id}")
@@ -89,11 +81,12 @@ def _row_stride(array, cols: int) -> int:
     return max(array.strides[0] // array.dtype.itemsize, cols)
 
 
-def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0.0, c=None,
-           out_dtype=None, config: str | SparseGemmConfig | None = None, family: str | None = None,
+def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0.0, c=None, bias=None,
+           activation: str = "identity", leaky_slope: float = 0.01, out_dtype=None,
+           config: str | SparseGemmConfig | None = None, family: str | None = None,
            split_k: int | None = None, split_k_mode: str | None = None, workspace=None,
            info: dict | None = None):
-    """y = alpha * (sw @ x) + beta * c, computed by a CUTLASS 2:4 sparse tensor-core kernel.
+    """y = activation(alpha * (sw @ x) + beta * c + bias), by a CUTLASS 2:4 sparse tensor-core kernel.
 
     sw: SparseMatrix [M, K] (from cs.compress, on the device). x: device array [K, N],
     row- or column-major, same dtype as sw. c (read when beta != 0) and out: [M, N]
@@ -101,15 +94,21 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     CuPy [M, N] row-major array (`out` if given). Runs on the current CuPy stream and
     never synchronizes. `info`, if a dict, receives what was chosen.
 
+    bias: [M] or [M, 1] (one value per output row, as a Linear layer's bias) or [1, N]
+    (one per column), of the output dtype. activation: "identity", "relu", "leaky_relu"
+    (negative slope leaky_slope), "gelu" (erf), "gelu_tanh", "silu", "sigmoid", "tanh"
+    or "hardswish", applied in the kernel's epilogue.
+
     family: "sm80" (CUTLASS 2.x, mma.sp, any shape) or "sm90" (CUTLASS 3.x, wgmma.sp +
     TMA, sm_90 GPUs). Default: the family sw was compressed for (cs.compress picks sm90
     on an sm_90 GPU). A matrix compressed for one family is refused by the other:
     convert it with sw.to_layout(family).
 
-    split_k: K slices. "serial" (sm90: CUTLASS 3.x's stream-K scheduler reduces the slices
-    in order through a workspace, in the same kernel). Default: chosen per shape.
-    workspace: a device buffer of at least cs.workspace_size(...) bytes; default: one
-    from CuPy's pool, kept with the call's cached parameters.
+    split_k: K slices. split_k_mode "serial" (default): slices add into D in order, in
+    the GEMM kernel (sm80: semaphores; sm90: CUTLASS 3.x's stream-K scheduler). "parallel"
+    (sm80 only): slices write fp32 partials to a workspace that a reduction kernel sums,
+    applying the epilogue. workspace: a device buffer of at least cs.workspace_size(...)
+    bytes; default: one from CuPy's memory pool.
     """
     import cupy
 
@@ -150,106 +149,140 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         if c is None:
             raise ValueError("beta is non-zero but c is None")
         c = _check_output_like(c, "c", m, n, np_out, device_id)
+    check_activation(activation, leaky_slope)
     layout_b, ldb = _matrix_layout(x, "x")
     split_k, split_k_mode = _check_split_k(split_k, split_k_mode, family)
     if workspace is not None:
         workspace = as_device_array(workspace, "workspace")
         _check_same_device(workspace, "workspace", device_id)
-    if family == "sm90":
-        return _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info,
-                            split_k, workspace)
-    m_pad, k_stored = sw.padded_shape
-    fam = catalog.load(SM80)
-
     with cupy.cuda.Device(device_id):
-        arch, sm_count = _device_facts(device_id)
-        # The kernel runs on M_pad rows (the metadata reorder works in groups of 32), so
-        # a ragged M computes into a padded buffer; y is a contiguous view of its top rows.
-        d = out if (out is not None and m_pad == m) else cupy.empty((m_pad, n), dtype=np_out)
-        ldd = _row_stride(d, n)
-        if beta == 0.0:
-            c_full, ldc = d, ldd
-        elif m_pad != m:
-            c_full = cupy.zeros((m_pad, n), dtype=np_out)
-            c_full[:m] = c
-            ldc = n
-        else:
-            c_full, ldc = c, _row_stride(c, n)
-
-        # -- kernel choice --------------------------------------------------------
-        tile_k = config.threadblock[2] if config else \
-            selection.choose_tile(SM80, m_pad, n, k, sm_count)[0][2]
-        k_eff = cdiv(k, tile_k) * tile_k
-        if k_eff != k:
-            # mma.sp needs valid metadata on every K step, so the kernel runs over whole
-            # tiles: the stored sparse operand is padded already, x gets zero rows.
-            x_full = cupy.zeros((k_eff, n), dtype=x.dtype, order="C" if layout_b == "row" else "F")
-            x_full[:k] = x
-            x, ldb = x_full, (n if layout_b == "row" else k_eff)
-        alignment_b = _widest_alignment(fam.alignments_b, x.data.ptr, x.dtype.itemsize, ldb,
-                                        n if layout_b == "row" else k_eff)
-        if alignment_b is None:
-            raise ValueError(
-                f"x (row-major, shape {tuple(x.shape)}, leading dimension {ldb}, address {x.data.ptr:#x}) "
-                f"is not aligned for the sparse kernels: a row-major x needs an even N, an even leading "
-                f"dimension and a 4-byte aligned address; pass a column-major x (cupy.asfortranarray) or pad N")
-        aligns_c = selection.output_alignments(SM80, element_out)
-        alignment_c = min(_widest_alignment(aligns_c, d.data.ptr, np_out.itemsize, ldd, n),
-                          _widest_alignment(aligns_c, c_full.data.ptr, np_out.itemsize, ldc, n))
-        if k_stored < k_eff:
-            raise ValueError(f"sw stores K = {k_stored}, less than the {k_eff} this kernel runs over")
-        launch = _resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k,
-                          k_eff, arch, sm_count, config)
-
-        # -- arguments and launch -------------------------------------------------
-        block = launch.block.copy()
-        fields = block[0]
-        fields["a"], fields["e"] = sw.values.data.ptr, sw.metadata.data.ptr
-        fields["b"], fields["c"], fields["d"] = x.data.ptr, c_full.data.ptr, d.data.ptr
-        fields["lda"], fields["lde"] = k_stored // 2, sw.metadata_ld
-        fields["ldb"], fields["ldc"], fields["ldd"] = ldb, ldc, ldd
-        fields["alpha"], fields["beta"] = alpha, beta
-        launch.kernel.launch(device_id, launch.grid, block)
-
-        if info is not None:
-            compiled = launch.kernel.compiled
-            info.update(config=compiled.config.name, arch=arch, from_cache=compiled.from_cache,
-                        compile_seconds=compiled.compile_seconds, grid=launch.grid, k_padded=k_eff != k)
-        if out is None:
-            return d[:m]
-        if d is not out:
-            out[...] = d[:m]
-        return out
+        if bias is not None:
+            c, beta = _with_bias(bias, c, beta, m, n, np_out, device_id), 1.0
+        if family == "sm90":
+            return _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info,
+                                split_k, workspace, activation, leaky_slope)
+        split = sm80.Split(split_k or 1, split_k_mode or "serial")
+        return _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
+                            split, workspace, activation, leaky_slope)
 
 
-@dataclass(frozen=True)
-class _Launch:
-    """What a problem signature resolves to: loaded kernel, grid, argument block template."""
-
-    kernel: runtime.LoadedKernel
-    grid: tuple[int, int, int]
-    block: np.ndarray
+def check_activation(activation, leaky_slope) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not one of {sorted(ACTIVATIONS)}")
+    if not np.isfinite(leaky_slope):
+        raise ValueError(f"leaky_slope must be finite, got {leaky_slope!r}")
 
 
-@functools.lru_cache(maxsize=4096)
-def _resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
-             arch, sm_count, config) -> _Launch:
-    """Choose, compile or load, and size the launch, once per problem signature."""
-    fam = catalog.load(SM80)
-    if config is None:
-        tile = selection.choose_tile(SM80, m_pad, n, k, sm_count)
-        config = fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
+def _with_bias(bias, c, beta, m, n, np_out, device_id):
+    """C for the epilogue with a bias folded in: bias broadcast to [M, N] (+ beta * c)."""
+    import cupy
+
+    bias = as_device_array(bias, "bias")
+    _check_same_device(bias, "bias", device_id)
+    if bias.dtype != np_out:
+        raise TypeError(f"bias has dtype {bias.dtype}; it must have the output dtype {np_out}")
+    if bias.shape in ((m,), (m, 1)):
+        rows = bias.reshape(m, 1)
+    elif bias.shape == (1, n):
+        rows = bias
     else:
-        _check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c)
-    kernel = runtime.load(kernels.get(config, arch))
-    tm, tn, _ = config.threadblock
-    tiled = (cdiv(m_pad, tm), cdiv(n, tn), 1)
-    swizzle = 1 << swizzle_log_tile(config.swizzle, tiled[1])
-    block = arguments.SM80_GEMM.new_block()
-    fields = block[0]
-    fields["m"], fields["n"], fields["k"] = m_pad, n, k_eff
-    fields["grid_m"], fields["grid_n"], fields["grid_k"] = tiled
-    return _Launch(kernel, (tiled[0] * swizzle, cdiv(tiled[1], swizzle), tiled[2]), block)
+        raise ValueError(f"bias of shape {bias.shape} must be [{m}] or [{m}, 1] (one per output row) "
+                         f"or [1, {n}] (one per column)")
+    # A bit copy, so it works for bf16, which CuPy cannot compute in.
+    bits = np.dtype(f"u{np_out.itemsize}")
+    full = cupy.empty((m, n), dtype=np_out)
+    full.view(bits)[...] = rows.view(bits)
+    if c is None or beta == 0.0:
+        return full
+    from .reference import to_float32
+
+    return dtypes.from_float32(to_float32(full) + float(beta) * to_float32(c), np_out)
+
+
+def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
+                 split, workspace, activation, leaky_slope):
+    import cupy
+
+    device_id = x.device.id
+    m, k = sw.shape
+    n = x.shape[1]
+    m_pad, k_stored = sw.padded_shape
+    fam = catalog.load(sm80.FAMILY)
+    arch, sm_count = _device_facts(device_id)
+    # The kernel runs on M_pad rows (the metadata reorder works in groups of 32), so a
+    # ragged M computes into a padded buffer; y is a contiguous view of its top rows. A
+    # parallel split-K writes D with the reduction, over M rows: no padding needed.
+    padded = m_pad != m and not split.parallel
+    d = out if (out is not None and not padded) else cupy.empty((m_pad if padded else m, n), dtype=np_out)
+    ldd = _row_stride(d, n)
+    if beta == 0.0:
+        c_full, ldc = d, ldd
+    elif padded:
+        c_full = cupy.zeros((m_pad, n), dtype=np_out)
+        c_full[:m] = c
+        ldc = n
+    else:
+        c_full, ldc = c, _row_stride(c, n)
+
+    # -- kernel choice --------------------------------------------------------
+    tile_k = config.threadblock[2] if config else selection.choose_tile(sm80.FAMILY, m_pad, n, k, sm_count)[0][2]
+    k_eff = cdiv(k, tile_k) * tile_k
+    if k_eff != k:
+        # mma.sp needs valid metadata on every K step, so the kernel runs over whole
+        # tiles: the stored sparse operand is padded already, x gets zero rows.
+        x_full = cupy.zeros((k_eff, n), dtype=x.dtype, order="C" if layout_b == "row" else "F")
+        x_full[:k] = x
+        x, ldb = x_full, (n if layout_b == "row" else k_eff)
+    alignment_b = sm80.widest_alignment(fam.alignments_b, x.data.ptr, x.dtype.itemsize, ldb,
+                                        n if layout_b == "row" else k_eff)
+    if alignment_b is None:
+        raise ValueError(
+            f"x (row-major, shape {tuple(x.shape)}, leading dimension {ldb}, address {x.data.ptr:#x}) "
+            f"is not aligned for the sparse kernels: a row-major x needs an even N, an even leading "
+            f"dimension and a 4-byte aligned address; pass a column-major x (cupy.asfortranarray) or pad N")
+    aligns_c = selection.output_alignments(sm80.FAMILY, element_out)
+    if split.parallel:   # the GEMM writes fp32 partials; the configuration keeps D's own width
+        alignment_c = sm80.widest_alignment(aligns_c, 0, 1, n)
+    else:
+        alignment_c = min(sm80.widest_alignment(aligns_c, d.data.ptr, np_out.itemsize, ldd, n),
+                          sm80.widest_alignment(aligns_c, c_full.data.ptr, np_out.itemsize, ldc, n))
+    if k_stored < k_eff:
+        raise ValueError(f"sw stores K = {k_stored}, less than the {k_eff} this kernel runs over")
+    launch = sm80.resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
+                          arch, sm_count, config, split, activation)
+
+    # -- workspace and launches -----------------------------------------------
+    semaphore_bytes, partial_bytes = sm80.workspace_parts(m_pad, n, launch.kernel.compiled.config.threadblock,
+                                                          split)
+    space = sm80.take_workspace(workspace, semaphore_bytes + partial_bytes)
+    if split.parallel:
+        partials, ld_partials = space.data.ptr, sm80.partial_ld(n)
+        sm80.launch_gemm(launch, device_id, sw, x, partials, partials, ldb, ld_partials, ld_partials,
+                         1.0, 0.0, 0.0, slice_stride=m_pad * ld_partials)
+        c_src, ld_src = (c, _row_stride(c, n)) if beta != 0.0 else (d, ldd)
+        ra = sm80.reduction_alignment(element_out, n, (d.data.ptr, ldd, np_out.itemsize),
+                                      (c_src.data.ptr, ld_src, np_out.itemsize))
+        reduce = sm80.resolve_reduction(element_out, ra, activation, arch, m, n)
+        sm80.launch_reduction(reduce, device_id, partials, split.slices, m, n, c_src.data.ptr, ld_src,
+                              d.data.ptr, ldd, alpha, beta, leaky_slope, m_pad)
+    else:
+        semaphore = 0
+        if split.serial:
+            semaphore = space.data.ptr
+            cupy.cuda.runtime.memsetAsync(semaphore, 0, semaphore_bytes, cupy.cuda.get_current_stream().ptr)
+        sm80.launch_gemm(launch, device_id, sw, x, c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, alpha, beta,
+                         leaky_slope, semaphore_ptr=semaphore)
+
+    if info is not None:
+        compiled = launch.kernel.compiled
+        info.update(config=compiled.config.name, arch=arch, from_cache=compiled.from_cache,
+                    compile_seconds=compiled.compile_seconds, grid=launch.grid, k_padded=k_eff != k,
+                    split_k=split.slices, split_k_mode=split.mode, workspace_bytes=semaphore_bytes + partial_bytes)
+    if out is None:
+        return d[:m]
+    if d is not out:
+        out[...] = d[:m]
+    return out
 
 
 SPLIT_K_MODES = {"sm80": ("serial", "parallel"), "sm90": ("serial",)}
@@ -268,7 +301,7 @@ def _check_split_k(split_k, split_k_mode, family):
 
 
 def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info, split_k,
-                 workspace):
+                 workspace, activation, leaky_slope):
     import cupy
 
     from . import sm90
@@ -288,12 +321,13 @@ def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
                     f"{what} (leading dimension {ld}, address {array.data.ptr:#x}) breaks the sm90 kernels' "
                     f"TMA rule: 16-byte aligned address and leading dimension a multiple of {16 // item} "
                     f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
-        config, scheduling = _resolve_sm90(m, n, k, x.device.id, element, element_out, layout_b, config, split_k)
-        sm90.matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace)
+        config, scheduling = _resolve_sm90(m, n, k, x.device.id, element, element_out, layout_b, config, split_k,
+                                           activation)
+        sm90.matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace, leaky_slope)
         return d
 
 
-def _resolve_sm90(m, n, k, device_id, element, element_out, layout_b, config, split_k):
+def _resolve_sm90(m, n, k, device_id, element, element_out, layout_b, config, split_k, activation="identity"):
     """The sm90 kernel and K decomposition for a problem (the caller's config, or the catalog's)."""
     from . import sm90
 
@@ -302,8 +336,9 @@ def _resolve_sm90(m, n, k, device_id, element, element_out, layout_b, config, sp
         tile, splits = selection.choose_sm90(m, n, k, _device_facts(device_id)[1], split_k)
         config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
     else:
-        _check_config_fits(config, element, element_out, layout_b, 8, alignment_c)
+        sm80.check_config_fits(config, element, element_out, layout_b, 8, alignment_c)
         splits = split_k or 1
+    config = dataclasses.replace(config, activation=activation)
     if splits > 1 and config.tile_scheduler != "streamk":
         raise ValueError(f"split_k={splits} needs an sm90 stream-K kernel; {config.name} is not one")
     if splits > cdiv(k, config.threadblock[2]):
@@ -319,40 +354,23 @@ def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseG
     Pass a buffer at least this large as matmul(..., workspace=buf) to keep a call free of
     allocation (CUDA graph capture); the result is the same for any data of these shapes.
     """
-    from . import sm90
-
     family = family or sw.layout
     x = as_device_array(x, "x")
     split_k, split_k_mode = _check_split_k(split_k, split_k_mode, family)
-    if family != "sm90":
-        return 0
     if isinstance(config, str):
         config = catalog.find(config, family)
+    m, k = sw.shape
+    n = x.shape[1]
+    if family == "sm80":
+        split = sm80.Split(split_k or 1, split_k_mode or "serial")
+        m_pad = sw.padded_shape[0]
+        tile = config.threadblock if config else \
+            selection.choose_tile(sm80.FAMILY, m_pad, n, k, _device_facts(x.device.id)[1])[0]
+        return sum(sm80.workspace_parts(m_pad, n, tile, split))
+    from . import sm90
+
     element = dtypes.name_of(sw.dtype)
     element_out = element if out_dtype is None else dtypes.parse(out_dtype)
     layout_b, _ = _matrix_layout(x, "x")
-    m, k = sw.shape
-    config, scheduling = _resolve_sm90(m, x.shape[1], k, x.device.id, element, element_out, layout_b, config,
-                                       split_k)
-    return sm90.workspace_size(config, x.device.id, m, x.shape[1], k, scheduling)
-
-
-def _check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c) -> None:
-    wanted = (element, element_out, layout_b)
-    if (config.element, config.element_out, config.layout_b) != wanted:
-        raise ValueError(f"config {config.name} is for {config.element}->{config.element_out} with "
-                         f"B {config.layout_b}-major; the problem needs {wanted}")
-    if config.alignment_b > alignment_b or config.alignment_c > alignment_c:
-        raise ValueError(f"config {config.name} needs alignment B {config.alignment_b} / C "
-                         f"{config.alignment_c}; the operands allow {alignment_b} / {alignment_c}")
-
-
-def swizzle_log_tile(swizzle: int, tiles_n: int) -> int:
-    """GemmIdentityThreadblockSwizzle<N>::get_log_tile: the host must launch the grid it implies."""
-    if swizzle >= 8 and tiles_n >= 6:
-        return 3
-    if swizzle >= 4 and tiles_n >= 3:
-        return 2
-    if swizzle >= 2 and tiles_n >= 2:
-        return 1
-    return 0
+    config, scheduling = _resolve_sm90(m, n, k, x.device.id, element, element_out, layout_b, config, split_k)
+    return sm90.workspace_size(config, x.device.id, m, n, k, scheduling)

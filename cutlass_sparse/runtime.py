@@ -43,7 +43,8 @@ class LoadedKernel:
         return func
 
     def launch(self, device_id: int, grid: tuple[int, int, int], args: np.ndarray,
-               symbol: str | None = None, threads: int | None = None, shared_bytes: int | None = None) -> None:
+               symbol: str | None = None, threads: int | tuple[int, int, int] | None = None,
+               shared_bytes: int | None = None) -> None:
         """Launch an entry (default: the main one) on the current stream.
 
         `args` is a size-1 structured array (the entry's argument struct) or a tuple of
@@ -56,7 +57,8 @@ class LoadedKernel:
             # Passed as one opaque V<size> record: CuPy copies its bytes by value, and a plain
             # void dtype spares it describing every field (tens of microseconds a call).
             args = (args.view(np.dtype((np.void, args.dtype.itemsize))),)
-        self.function(device_id, symbol, shared)(grid, (threads, 1, 1), args, shared_mem=shared)
+        block = threads if isinstance(threads, tuple) else (threads, 1, 1)
+        self.function(device_id, symbol, shared)(grid, block, args, shared_mem=shared)
 
 
 _loaded: dict[str, LoadedKernel] = {}

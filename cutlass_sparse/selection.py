@@ -34,8 +34,6 @@ def choose_tile(family: str, m: int, n: int, k: int, sm_count: int):
     return min(catalog.load(family).tiles, key=lambda tile: cost(tile[0], m, n, k, sm_count))
 
 
-# K slices a stream-K kernel may be given when selection chooses (split_k=None).
-SPLIT_CHOICES = (1, 2, 3, 4, 6, 8)
 # Cost of reducing one accumulator element through the workspace, against loading one
 # operand element per K step (both summed over a wave); calibrated on the H100.
 REDUCE_WEIGHT = 4.0
@@ -60,7 +58,10 @@ def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = Non
         if split_k is not None:
             choices = (split_k,) if (streamk or split_k == 1) else ()
         else:
-            choices = SPLIT_CHOICES if streamk else (1,)
+            # Stream-K tiles join the default choice once their K splitting has been timed
+            # and verified on the H100 (scripts/device/sweep_splitk.py); until then they
+            # run only when asked for (split_k > 1, or config=).
+            choices = () if streamk else (1,)
         options += [(tile, s) for s in choices if s <= cdiv(k, tile[0][2])]
     if not options:
         raise ValueError(f"split_k={split_k}: K = {k} has fewer K tiles than slices")

@@ -139,7 +139,8 @@ class _Ready:
 
 
 def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig, ldb: int,
-           ldc: int, ldd: int, info: dict | None, scheduling: Scheduling = Scheduling(), workspace=None):
+           ldc: int, ldd: int, info: dict | None, scheduling: Scheduling = Scheduling(), workspace=None,
+           activation_arg: float = 0.0):
     """Launch (setup and) GEMM on the current stream. Operands are validated by the caller."""
     import cupy
 
@@ -155,14 +156,14 @@ def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig
     workspace_ptr = 0 if workspace is None else workspace.data.ptr
     signature = (compiled.key, device_id, sw.values.data.ptr, sw.metadata.data.ptr, x.data.ptr,
                  c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, m, n, k, float(alpha), float(beta),
-                 scheduling, workspace_ptr)
+                 scheduling, workspace_ptr, float(activation_arg))
     with _params_lock:
         ready = _params_cache.get(signature)
         if ready is not None:
             _params_cache.move_to_end(signature)
     if ready is None:
         ready = _build_params(loaded, compiled, device_id, signature[2:7], ldb, ldc, ldd, m, n, k, alpha, beta,
-                              config.swizzle, scheduling, workspace)
+                              config.swizzle, scheduling, workspace, activation_arg)
         with _params_lock:
             _params_cache[signature] = ready
             while len(_params_cache) > _PARAMS_CACHE_SIZE:
@@ -198,7 +199,8 @@ def workspace_size(config: SparseGemmConfig, device_id: int, m: int, n: int, k: 
     return prepared.workspace_bytes
 
 
-def _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle, scheduling):
+def _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle, scheduling,
+                 activation_arg=0.0):
     block = SETUP.new_block()
     f = block[0]
     f["a"], f["e"], f["b"], f["c"], f["d"] = pointers
@@ -207,7 +209,7 @@ def _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, b
     f["sm_count"] = _sm_count(device_id)
     f["swizzle"], f["raster"] = swizzle, 0
     f["splits"], f["decomposition"] = scheduling.splits, DECOMPOSITIONS[scheduling.decomposition]
-    f["alpha"], f["beta"] = alpha, beta
+    f["alpha"], f["beta"], f["activation_arg"] = alpha, beta, activation_arg
     return block
 
 
@@ -232,7 +234,7 @@ def _prepared_for(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k,
 
 
 def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle,
-                  scheduling, workspace) -> _Ready:
+                  scheduling, workspace, activation_arg) -> _Ready:
     """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
     import cupy
 
@@ -247,7 +249,8 @@ def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k,
     else:
         workspace = None
     params = cupy.empty(compiled.constants["params_bytes"], dtype=cupy.uint8)
-    block = _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle, scheduling)
+    block = _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle, scheduling,
+                         activation_arg)
     f = block[0]
     f["params_out"], f["info_out"] = params.data.ptr, 0
     f["templates"] = prepared.templates.data.ptr

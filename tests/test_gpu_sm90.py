@@ -128,12 +128,3 @@ def test_sm90_split_k_caller_workspace_and_errors():
     persistent = next(c for c in gpu_cases.sm90_configs() if c.tile_scheduler == "persistent")
     with pytest.raises(ValueError, match="needs an sm90 stream-K kernel"):
         cs.matmul(sw, x, config=persistent, split_k=2)
-
-
-@pytest.mark.parametrize("shape", [(4096, 16, 4096), (4096, 128, 4096)], ids=lambda s: "x".join(map(str, s)))
-def test_sm90_default_selection_splits_decode_shapes(shape):
-    m, n, k = shape
-    w, sw, x = operands(m, n, k, "bf16", "row", seed=12)
-    info = {}
-    check(cs.matmul(sw, x, info=info), w, x, "bf16")
-    assert info["split_k"] >= 1

@@ -1,0 +1,184 @@
+"""The Ampere-style family at run time: CUTLASS 2.x sparse GEMM launches, with split-K.
+
+- One slice: the GEMM applies the epilogue and writes D.
+- Serial split-K: K slices of one output tile run in order (semaphores, one int per
+  tile, which the kernel leaves zeroed; they are zeroed before each launch anyway so
+  a caller's fresh buffer needs no care), each adding into D; the last applies the
+  activation.
+- Parallel split-K: each K slice writes an fp32 partial tile into the workspace; the
+  reduction kernel (emit_reduction) sums them and applies the epilogue into D.
+
+Operands arrive validated (matmul.py); this module sizes, resolves and launches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import arguments, catalog, kernels, runtime, selection
+from .description import ReductionConfig, SparseGemmConfig
+from .emit_reduction import ROWS_PER_BLOCK
+from .selection import cdiv, round_up
+
+FAMILY = "sm80"
+WORKSPACE_ALIGN = 256     # bytes; every workspace part starts on this boundary
+
+
+@dataclass(frozen=True)
+class Split:
+    """How K is divided: slices and mode ("serial" or "parallel"); one slice is no split."""
+
+    slices: int = 1
+    mode: str = "serial"
+
+    @property
+    def parallel(self) -> bool:
+        return self.slices > 1 and self.mode == "parallel"
+
+    @property
+    def serial(self) -> bool:
+        return self.slices > 1 and self.mode == "serial"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a problem signature resolves to: loaded kernel, grid, argument block template."""
+
+    kernel: runtime.LoadedKernel
+    grid: tuple[int, int, int]
+    block: np.ndarray
+
+
+def widest_alignment(candidates, ptr: int, itemsize: int, *multiples: int) -> int | None:
+    for a in candidates:
+        if ptr % (a * itemsize) == 0 and all(v % a == 0 for v in multiples):
+            return a
+    return None
+
+
+def swizzle_log_tile(swizzle: int, tiles_n: int) -> int:
+    """GemmIdentityThreadblockSwizzle<N>::get_log_tile: the host must launch the grid it implies."""
+    if swizzle >= 8 and tiles_n >= 6:
+        return 3
+    if swizzle >= 4 and tiles_n >= 3:
+        return 2
+    if swizzle >= 2 and tiles_n >= 2:
+        return 1
+    return 0
+
+
+def partial_ld(n: int) -> int:
+    """Leading dimension of the fp32 partial tiles: padded so every vector width fits."""
+    return round_up(n, 8)
+
+
+def workspace_parts(m_pad: int, n: int, tile: tuple[int, int, int], split: Split) -> tuple[int, int]:
+    """(semaphore bytes, partials bytes) for a problem; each rounded to WORKSPACE_ALIGN."""
+    if split.serial:
+        return round_up(cdiv(m_pad, tile[0]) * cdiv(n, tile[1]) * 4, WORKSPACE_ALIGN), 0
+    if split.parallel:
+        return 0, round_up(split.slices * m_pad * partial_ld(n) * 4, WORKSPACE_ALIGN)
+    return 0, 0
+
+
+def gemm_variant(config: SparseGemmConfig, split: Split, activation: str):
+    """The GEMM a split needs: serial adds the semaphore variant; parallel writes fp32
+    partials with no activation (the reduction applies the epilogue)."""
+    if split.parallel:   # fp32 vectors are at most 4 wide (16 bytes); N stays a multiple
+        return dataclasses.replace(config, element_out="f32", alignment_c=min(config.alignment_c, 4),
+                                   activation="identity", split_k_serial=False)
+    return dataclasses.replace(config, activation=activation, split_k_serial=split.serial)
+
+
+@functools.lru_cache(maxsize=4096)
+def resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff, arch, sm_count,
+            config, split: Split, activation: str) -> Launch:
+    """Choose, compile or load, and size the GEMM launch, once per problem signature."""
+    fam = catalog.load(FAMILY)
+    if config is None:
+        tile = selection.choose_tile(FAMILY, m_pad, n, k, sm_count)
+        config = fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
+    else:
+        check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c)
+    config = gemm_variant(config, split, activation)
+    k_tiles = k_eff // config.threadblock[2]
+    if split.slices > k_tiles:
+        raise ValueError(f"split_k={split.slices} exceeds the {k_tiles} K tiles of K = {k} with {config.name}")
+    kernel = runtime.load(kernels.get(config, arch))
+    tm, tn, _ = config.threadblock
+    tiled = (cdiv(m_pad, tm), cdiv(n, tn), split.slices)
+    swizzle = 1 << swizzle_log_tile(config.swizzle, tiled[1])
+    block = arguments.SM80_GEMM.new_block()
+    fields = block[0]
+    fields["m"], fields["n"], fields["k"] = m_pad, n, k_eff
+    fields["grid_m"], fields["grid_n"], fields["grid_k"] = tiled
+    return Launch(kernel, (tiled[0] * swizzle, cdiv(tiled[1], swizzle), tiled[2]), block)
+
+
+@functools.lru_cache(maxsize=1024)
+def resolve_reduction(element_out: str, alignment: int, activation: str, arch: str, m: int, n: int) -> Launch:
+    config = ReductionConfig(element_out, alignment, activation)
+    kernel = runtime.load(kernels.get(config, arch))
+    grid = (cdiv(m, ROWS_PER_BLOCK), cdiv(n, 32 * alignment), 1)
+    return Launch(kernel, grid, arguments.REDUCE_SPLIT_K.new_block())
+
+
+def check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c) -> None:
+    wanted = (element, element_out, layout_b)
+    if (config.element, config.element_out, config.layout_b) != wanted:
+        raise ValueError(f"config {config.name} is for {config.element}->{config.element_out} with "
+                         f"B {config.layout_b}-major; the problem needs {wanted}")
+    if config.alignment_b > alignment_b or config.alignment_c > alignment_c:
+        raise ValueError(f"config {config.name} needs alignment B {config.alignment_b} / C "
+                         f"{config.alignment_c}; the operands allow {alignment_b} / {alignment_c}")
+
+
+def reduction_alignment(element_out: str, n: int, *operands: tuple[int, int, int]) -> int:
+    """Widest vector the reduction may use: N, the partials' ld and each (ptr, ld, itemsize)."""
+    for a in selection.output_alignments(FAMILY, element_out):
+        if n % a == 0 and partial_ld(n) % a == 0 and all(
+                ptr % (a * item) == 0 and ld % a == 0 for ptr, ld, item in operands):
+            return a
+    return 1
+
+
+def take_workspace(workspace, nbytes: int):
+    """The caller's buffer if large enough, else a fresh one from CuPy's pool."""
+    import cupy
+
+    if nbytes == 0:
+        return None
+    if workspace is None:
+        return cupy.empty(nbytes, dtype=cupy.uint8)
+    if workspace.nbytes < nbytes or workspace.data.ptr % WORKSPACE_ALIGN:
+        raise ValueError(f"workspace holds {workspace.nbytes} bytes at {workspace.data.ptr:#x}; this call needs "
+                         f"{nbytes} bytes, {WORKSPACE_ALIGN}-byte aligned (cs.workspace_size)")
+    return workspace
+
+
+def launch_gemm(launch: Launch, device_id, sw, x, c_ptr, d_ptr, ldb, ldc, ldd, alpha, beta, activation_arg,
+                semaphore_ptr=0, slice_stride=0) -> None:
+    block = launch.block.copy()
+    fields = block[0]
+    fields["a"], fields["e"] = sw.values.data.ptr, sw.metadata.data.ptr
+    fields["b"], fields["c"], fields["d"] = x.data.ptr, c_ptr, d_ptr
+    fields["semaphore"], fields["slice_stride"] = semaphore_ptr, slice_stride
+    fields["lda"], fields["lde"] = sw.padded_shape[1] // 2, sw.metadata_ld
+    fields["ldb"], fields["ldc"], fields["ldd"] = ldb, ldc, ldd
+    fields["alpha"], fields["beta"], fields["activation_arg"] = alpha, beta, activation_arg
+    launch.kernel.launch(device_id, launch.grid, block)
+
+
+def launch_reduction(launch: Launch, device_id, partials_ptr, slices, m, n, c_ptr, ldc, d_ptr, ldd,
+                     alpha, beta, activation_arg, m_pad) -> None:
+    block = launch.block.copy()
+    f = block[0]
+    f["workspace"], f["source"], f["destination"] = partials_ptr, c_ptr, d_ptr
+    f["slice_stride"], f["ld_workspace"] = m_pad * partial_ld(n), partial_ld(n)
+    f["ld_source"], f["ld_destination"] = ldc, ldd
+    f["m"], f["n"], f["slices"] = m, n, slices
+    f["alpha"], f["beta"], f["activation_arg"] = alpha, beta, activation_arg
+    launch.kernel.launch(device_id, launch.grid, block, threads=(32, ROWS_PER_BLOCK, 1))
