@@ -9,7 +9,8 @@ from .compress import SparseMatrix, compress, prune_2to4
 from .description import SparseGemmConfig
 from .dtypes import bfloat16
 from .env import PACKAGE_VERSION as __version__
-from .matmul import matmul, workspace_size
+from .matmul import linear, matmul, workspace_size
+from .plan import Plan, plan
 
 
 def emit_source(config: SparseGemmConfig | str) -> str:
@@ -22,4 +23,4 @@ def emit_source(config: SparseGemmConfig | str) -> str:
 
 
 __all__ = ["CompileError", "SparseGemmConfig", "SparseMatrix", "bfloat16", "compress", "emit_source",
-           "matmul", "prune_2to4", "workspace_size", "__version__"]
+           "Plan", "linear", "matmul", "plan", "prune_2to4", "workspace_size", "__version__"]

@@ -85,7 +85,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
            activation: str = "identity", leaky_slope: float = 0.01, out_dtype=None,
            config: str | SparseGemmConfig | None = None, family: str | None = None,
            split_k: int | None = None, split_k_mode: str | None = None, workspace=None,
-           info: dict | None = None):
+           info: dict | None = None, _record: dict | None = None):
     """y = activation(alpha * (sw @ x) + beta * c + bias), by a CUTLASS 2:4 sparse tensor-core kernel.
 
     sw: SparseMatrix [M, K] (from cs.compress, on the device). x: device array [K, N],
@@ -163,7 +163,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
                                 split_k, workspace, activation, leaky_slope)
         split = sm80.Split(split_k or 1, split_k_mode or "serial")
         return _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
-                            split, workspace, activation, leaky_slope)
+                            split, workspace, activation, leaky_slope, _record)
 
 
 def check_activation(activation, leaky_slope) -> None:
@@ -200,7 +200,7 @@ def _with_bias(bias, c, beta, m, n, np_out, device_id):
 
 
 def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
-                 split, workspace, activation, leaky_slope):
+                 split, workspace, activation, leaky_slope, record=None):
     import cupy
 
     device_id = x.device.id
@@ -278,6 +278,9 @@ def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
         info.update(config=compiled.config.name, arch=arch, from_cache=compiled.from_cache,
                     compile_seconds=compiled.compile_seconds, grid=launch.grid, k_padded=k_eff != k,
                     split_k=split.slices, split_k_mode=split.mode, workspace_bytes=semaphore_bytes + partial_bytes)
+    if record is not None:   # what a Plan needs to repeat this launch with new pointers
+        record.update(launch=launch, direct=not (padded or k_eff != k or split.slices > 1), layout_b=layout_b,
+                      ldb=ldb, ldc=ldc, ldd=ldd, alignment_b=alignment_b, alignment_c=alignment_c)
     if out is None:
         return d[:m]
     if d is not out:
@@ -374,3 +377,18 @@ def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseG
     layout_b, _ = _matrix_layout(x, "x")
     config, scheduling = _resolve_sm90(m, n, k, x.device.id, element, element_out, layout_b, config, split_k)
     return sm90.workspace_size(config, x.device.id, m, n, k, scheduling)
+
+
+def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **options):
+    """A Linear layer with a 2:4 sparse weight: activation(x @ w.T + bias).
+
+    x: [tokens, K] device array; sw: the compressed weight [features, K]; bias: [features].
+    Computed as w @ x.T, which reads x in place (x.T is column-major) and writes
+    [features, tokens] row-major: the result is its transpose, a [tokens, features] view
+    with no copy (Fortran-ordered; its .T is contiguous, and a following cs.linear reads
+    it as it is). Other options go to cs.matmul.
+    """
+    x = as_device_array(x, "x")
+    if x.ndim != 2:
+        raise ValueError(f"x must be 2-D [tokens, K], got shape {x.shape}")
+    return matmul(sw, x.T, bias=bias, activation=activation, **options).T

@@ -42,6 +42,9 @@ def cases():
 # sm90 split-K: (M, N, K) whose K splits raggedly into 2, 3 and 8 slices of 128-wide tiles.
 SM90_SPLIT_SHAPES = [(256, 64, 1040), (1000, 136, 3008)]
 SPLITS = [1, 2, 3, 8]
+# sm80 split-K: K padded to 64-wide tiles splits raggedly (1000 -> 16 tiles, 520 -> 9).
+SM80_SPLIT_SHAPES = [(256, 72, 1000), (300, 40, 520)]
+ACTIVATIONS = ["identity", "relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "hardswish"]
 
 
 def sm90_streamk_config(dtype="f16", layout="row"):

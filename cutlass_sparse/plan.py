@@ -1,0 +1,108 @@
+"""Planned calls: selection, validation and argument building once, then launches.
+
+    plan = cs.plan(sw, x_example, bias=b, activation="gelu")
+    y = plan(x)                  # or plan(x, out=y) to write in place
+
+Made once from an example x (the first run also loads or compiles the kernel), a plan
+serves every x of the same shape, dtype, strides and device. For the common case (sm80,
+one K slice, M and K on whole tiles) a call only checks x and out against the plan,
+writes three pointers into a copy of the argument block and launches: no allocation
+when `out` is given, no synchronization, so it can be captured in a CUDA graph. Other
+cases run cs.matmul with the plan's kernel pinned (same result, more host time).
+"""
+from __future__ import annotations
+
+from .matmul import _with_bias, as_device_array, matmul
+
+
+class Plan:
+    def __init__(self, sw, x, **options):
+        import cupy
+
+        x = as_device_array(x, "x")
+        for key in ("out", "info", "workspace"):
+            if key in options:
+                raise TypeError(f"plan() takes no {key!r}: pass out= to each call")
+        options = dict(options)
+        self.sw = sw
+        self.beta = float(options.get("beta", 0.0))
+        bias = options.pop("bias", None)
+        if bias is not None:   # folded once into the plan's own C
+            m, n = sw.shape[0], x.shape[1]
+            np_out = self._np_out(sw, options)
+            with cupy.cuda.Device(x.device.id):
+                self.c_bias = _with_bias(bias, options.pop("c", None), self.beta, m, n, np_out, x.device.id)
+            options["c"], options["beta"] = self.c_bias, 1.0
+            self.beta = 1.0
+        else:
+            self.c_bias = None
+        self.options = options
+        info, record = {}, {}
+        self.example_out = matmul(sw, x, info=info, _record=record, **options)
+        self.info = info
+        self.x_key = (x.shape, x.dtype, x.strides, x.device.id)
+        self.direct = bool(record.get("direct")) and (self.beta == 0.0 or self.c_bias is not None)
+        if self.direct:
+            self._prepare_direct(sw, x, record)
+
+    @staticmethod
+    def _np_out(sw, options):
+        from . import dtypes
+
+        out_dtype = options.get("out_dtype")
+        return dtypes.numpy_dtype(dtypes.name_of(sw.dtype) if out_dtype is None else dtypes.parse(out_dtype))
+
+    def _prepare_direct(self, sw, x, record):
+        launch = record["launch"]
+        self.launch = launch
+        self.block = launch.block.copy()
+        f = self.block[0]
+        f["a"], f["e"] = sw.values.data.ptr, sw.metadata.data.ptr
+        f["lda"], f["lde"] = sw.padded_shape[1] // 2, sw.metadata_ld
+        f["ldb"], f["ldc"], f["ldd"] = record["ldb"], record["ldc"], record["ldd"]
+        f["alpha"], f["beta"] = float(self.options.get("alpha", 1.0)), self.beta
+        f["activation_arg"] = float(self.options.get("leaky_slope", 0.01))
+        self.item_x = x.dtype.itemsize
+        self.np_out = self.example_out.dtype
+        self.out_shape = (sw.shape[0], x.shape[1])
+        self.out_strides = (record["ldd"] * self.np_out.itemsize, self.np_out.itemsize)
+        self.align_x = record["alignment_b"] * self.item_x
+        self.align_out = record["alignment_c"] * self.np_out.itemsize
+        if self.c_bias is not None and (self.c_bias.data.ptr % self.align_out or record["ldc"] != record["ldd"]):
+            self.direct = False
+
+    def __call__(self, x, out=None):
+        if not self.direct:
+            return matmul(self.sw, x, out=out, **self.options)
+        import cupy
+
+        if not isinstance(x, cupy.ndarray):
+            x = as_device_array(x, "x")
+        if (x.shape, x.dtype, x.strides, x.device.id) != self.x_key:
+            raise ValueError(f"x is {x.shape} {x.dtype} with strides {x.strides} on device {x.device.id}; "
+                             f"this plan was made for {self.x_key[0]} {self.x_key[1]} with strides "
+                             f"{self.x_key[2]} on device {self.x_key[3]}: make another plan")
+        if x.data.ptr % self.align_x:
+            raise ValueError(f"x at {x.data.ptr:#x} is not {self.align_x}-byte aligned as the plan's kernel reads it")
+        if out is None:
+            with cupy.cuda.Device(self.x_key[3]):
+                out = cupy.empty(self.out_shape, dtype=self.np_out)
+        elif not (isinstance(out, cupy.ndarray) and out.shape == self.out_shape and out.dtype == self.np_out
+                  and out.strides == self.out_strides and out.device.id == self.x_key[3]):
+            raise ValueError(f"out must be a row-major {self.out_shape} {self.np_out} cupy array with strides "
+                             f"{self.out_strides} on device {self.x_key[3]}")
+        elif out.data.ptr % self.align_out:
+            raise ValueError(f"out at {out.data.ptr:#x} is not {self.align_out}-byte aligned for this plan")
+        block = self.block.copy()
+        f = block[0]
+        f["b"], f["d"] = x.data.ptr, out.data.ptr
+        f["c"] = out.data.ptr if self.c_bias is None else self.c_bias.data.ptr
+        self.launch.kernel.launch(self.x_key[3], self.launch.grid, block)
+        return out
+
+
+def plan(sw, x, **options) -> Plan:
+    """A reusable call of cs.matmul(sw, x, **options) for inputs shaped like x (see Plan)."""
+    return Plan(sw, x, **options)
+
+

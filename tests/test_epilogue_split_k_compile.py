@@ -1,0 +1,82 @@
+"""Issue 4 without a GPU: every epilogue variant and the split-K kernels compile with
+NVRTC and expose what the launcher relies on; workspace sizing; argument rules."""
+import dataclasses
+
+import pytest
+
+from cutlass_sparse import arguments, catalog, cubin, epilogue, kernels, sm80
+from cutlass_sparse.cache import KernelCache
+from cutlass_sparse.description import ACTIVATIONS, ReductionConfig, SparseGemmConfig
+
+SMALL = SparseGemmConfig(family="sm80", element="f16", element_out="f16", layout_b="row",
+                         threadblock=(64, 64, 64), warps=(2, 2, 1), stages=4, instruction=(16, 8, 32),
+                         alignment_a=8, alignment_b=8, alignment_c=8, swizzle=8)
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_every_activation_compiles_into_the_sm80_gemm(activation, shared_cache_path):
+    config = dataclasses.replace(SMALL, activation=activation)
+    assert (activation in config.name) == (activation != "identity")
+    compiled = kernels.get(config, "sm_80", KernelCache(shared_cache_path))
+    assert cubin.kernel_param_bytes(compiled.cubin, config.name) == arguments.SM80_GEMM.dtype.itemsize
+    assert f"::{ACTIVATIONS[activation]}" in kernels.emit(config).source or activation == "identity"
+
+
+def test_serial_split_k_variant_compiles(shared_cache_path):
+    config = dataclasses.replace(SMALL, split_k_serial=True, activation="gelu")
+    assert config.name.endswith("_gelu_splitkserial_swz8")
+    source = kernels.emit(config).source
+    assert "true,  // serial split-K" in source
+    compiled = kernels.get(config, "sm_80", KernelCache(shared_cache_path))
+    assert compiled.shared_bytes > 0
+
+
+@pytest.mark.parametrize("element_out,alignment", [("f16", 8), ("bf16", 4), ("f32", 4), ("f16", 1)])
+@pytest.mark.parametrize("activation", ["identity", "leaky_relu", "silu"])
+def test_reduction_kernel_compiles(element_out, alignment, activation, shared_cache_path):
+    config = ReductionConfig(element_out, alignment, activation)
+    compiled = kernels.get(config, "sm_80", KernelCache(shared_cache_path))
+    c = compiled.constants
+    assert c["threads"] == 128 and c["rows"] == 4 and c["columns"] == 32 * alignment
+    assert cubin.kernel_param_bytes(compiled.cubin, config.name) == arguments.REDUCE_SPLIT_K.dtype.itemsize
+
+
+def test_leaky_relu_slope_is_set_at_run_time():
+    # The slope rides in the functor's Params (2.x) or fusion arguments (3.x), never baked in.
+    assert "p.leaky_alpha = args.activation_arg" in epilogue.output_params_2x(
+        "OutputOp", "args.alpha", "args.beta", "args.activation_arg", "leaky_relu")
+    assert epilogue.set_activation_arg_3x("leaky_relu", "arguments", "args.activation_arg").strip() == \
+        "arguments.epilogue.thread.activation.leaky_alpha = args.activation_arg;"
+    assert epilogue.set_activation_arg_3x("relu", "arguments", "x") == ""
+
+
+def test_configurations_refuse_bad_epilogue_and_split_options():
+    with pytest.raises(ValueError, match="activation 'swish' must be one of"):
+        dataclasses.replace(SMALL, activation="swish")
+    fam = catalog.load("sm90")
+    sm90 = fam.config(fam.tiles[0], "f16", "f16", "row", 8, 8)
+    with pytest.raises(ValueError, match="split_k_serial is an sm80 kernel variant"):
+        dataclasses.replace(sm90, split_k_serial=True)
+    with pytest.raises(ValueError, match="needs the sm90 'cooperative' schedule"):
+        dataclasses.replace(sm90, schedule="pingpong", tile_scheduler="streamk")
+    with pytest.raises(ValueError, match="alignment 3"):
+        ReductionConfig("f16", 3)
+
+
+def test_workspace_sizes():
+    tile = (128, 128, 64)
+    assert sm80.workspace_parts(256, 100, tile, sm80.Split()) == (0, 0)
+    # serial: one int per output tile (2 x 1 tiles), rounded to 256 bytes
+    assert sm80.workspace_parts(256, 100, tile, sm80.Split(3, "serial")) == (256, 0)
+    # parallel: fp32 partials [slices, M_pad, N padded to 8]
+    assert sm80.workspace_parts(256, 100, tile, sm80.Split(3, "parallel")) == (0, 3 * 256 * 104 * 4)
+    assert sm80.workspace_parts(32, 1, tile, sm80.Split(2, "parallel")) == (0, 2 * 32 * 8 * 4)
+
+
+def test_parallel_split_k_gemm_writes_fp32_partials_without_activation():
+    variant = sm80.gemm_variant(SMALL, sm80.Split(4, "parallel"), "gelu")
+    assert (variant.element_out, variant.alignment_c, variant.activation, variant.split_k_serial) == \
+        ("f32", 4, "identity", False)
+    serial = sm80.gemm_variant(SMALL, sm80.Split(4, "serial"), "gelu")
+    assert serial.split_k_serial and serial.activation == "gelu" and serial.element_out == "f16"
+    assert sm80.gemm_variant(SMALL, sm80.Split(1, "parallel"), "relu") == dataclasses.replace(SMALL, activation="relu")

@@ -1,0 +1,149 @@
+"""Issue 4 on the GPU: split-K (serial, parallel), fused epilogues (activations, bias,
+alpha/beta/C), cs.linear, against float32 references. Marked gpu."""
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cutlass_sparse as cs
+from cutlass_sparse import dtypes, reference
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_cases  # noqa: E402
+from test_gpu_matmul import TOLERANCE, poisoned, random_operands  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def activation_reference(name, v, slope=0.01):
+    import cupy
+    from cupyx.scipy.special import erf
+
+    table = {
+        "identity": lambda: v,
+        "relu": lambda: cupy.maximum(v, 0),
+        "leaky_relu": lambda: cupy.where(v > 0, v, slope * v),
+        "gelu": lambda: 0.5 * v * (1 + erf(v / math.sqrt(2.0))),
+        "gelu_tanh": lambda: 0.5 * v * (1 + cupy.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))),
+        "silu": lambda: v / (1 + cupy.exp(-v)),
+        "sigmoid": lambda: 1 / (1 + cupy.exp(-v)),
+        "tanh": lambda: cupy.tanh(v),
+        "hardswish": lambda: v * cupy.clip(v + 3, 0, 6) / 6,
+    }
+    return table[name]()
+
+
+def expect(w, x, alpha=1.0, beta=0.0, c=None, bias_full=None, activation="identity", slope=0.01):
+    v = alpha * (reference.to_float32(w) @ reference.to_float32(x))
+    if c is not None:
+        v = v + beta * reference.to_float32(c)
+    if bias_full is not None:
+        v = v + bias_full
+    return activation_reference(activation, v, slope)
+
+
+def assert_close(y, ref, dtype):
+    err = reference.relative_error(y, ref)
+    assert err <= TOLERANCE[dtype], f"relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("mode", ["serial", "parallel"])
+@pytest.mark.parametrize("splits", gpu_cases.SPLITS)
+@pytest.mark.parametrize("shape", gpu_cases.SM80_SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_sm80_split_k(shape, splits, mode):
+    m, n, k = shape
+    w, sw, x = random_operands(m, n, k, "f16", "row", seed=splits)
+    info = {}
+    y = cs.matmul(sw, x, out=poisoned((m, n), np.float16), split_k=splits, split_k_mode=mode,
+                  family="sm80", info=info)
+    assert info["split_k"] == splits and (info["workspace_bytes"] > 0) == (splits > 1)
+    assert_close(y, expect(w, x), "f16")
+    # again on the same buffers: the serial semaphores must have been left usable
+    y2 = cs.matmul(sw, x, out=y, split_k=splits, split_k_mode=mode, family="sm80")
+    assert_close(y2, expect(w, x), "f16")
+
+
+@pytest.mark.parametrize("mode", ["serial", "parallel"])
+def test_sm80_split_k_with_epilogue_and_caller_workspace(mode):
+    import cupy
+
+    m, n, k = 200, 48, 1000
+    w, sw, x = random_operands(m, n, k, "bf16", "col", seed=7)
+    rng = cupy.random.default_rng(8)
+    c = dtypes.from_float32(rng.standard_normal((m, n), dtype=cupy.float32), dtypes.bfloat16)
+    bias = dtypes.from_float32(rng.standard_normal(m, dtype=cupy.float32), dtypes.bfloat16)
+    need = cs.workspace_size(sw, x, split_k=3, split_k_mode=mode)
+    workspace = cupy.empty(need, dtype=cupy.uint8)
+    y = cs.matmul(sw, x, alpha=0.5, beta=2.0, c=c, bias=bias, activation="gelu", split_k=3, split_k_mode=mode,
+                  workspace=workspace)
+    bias_full = reference.to_float32(bias)[:, None]
+    assert_close(y, expect(w, x, 0.5, 2.0, c, bias_full, "gelu"), "bf16")
+    with pytest.raises(ValueError, match="workspace holds"):
+        cs.matmul(sw, x, split_k=3, split_k_mode=mode, workspace=workspace[: need // 2])
+
+
+@pytest.mark.parametrize("family", ["sm80", "sm90"])
+@pytest.mark.parametrize("activation", gpu_cases.ACTIVATIONS)
+def test_activations(activation, family):
+    import cupy
+
+    if family == "sm90" and cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    m, n, k = 256, 64, 512
+    w, sw, x = random_operands(m, n, k, "f16", "row", seed=3, family=family)
+    y = cs.matmul(sw, x, out=poisoned((m, n), np.float16), activation=activation, leaky_slope=0.2)
+    assert_close(y, expect(w, x, activation=activation, slope=0.2), "f16")
+
+
+@pytest.mark.parametrize("family", ["sm80", "sm90"])
+@pytest.mark.parametrize("bias_shape", ["m", "m1", "1n"])
+def test_bias(bias_shape, family):
+    import cupy
+
+    if family == "sm90" and cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    m, n, k = 200, 64, 256
+    w, sw, x = random_operands(m, n, k, "f16", "row", seed=4, family=family)
+    shape = {"m": (m,), "m1": (m, 1), "1n": (1, n)}[bias_shape]
+    bias = cupy.random.default_rng(5).standard_normal(shape, dtype=cupy.float32).astype(cupy.float16)
+    y = cs.matmul(sw, x, bias=bias, activation="relu")
+    full = cupy.broadcast_to(bias.reshape(m, 1) if bias_shape != "1n" else bias, (m, n)).astype(cupy.float32)
+    assert_close(y, expect(w, x, bias_full=full, activation="relu"), "f16")
+
+
+def test_bad_epilogue_and_split_arguments():
+    import cupy
+
+    w, sw, x = random_operands(128, 32, 128, "f16", "row", seed=6)
+    with pytest.raises(ValueError, match="activation 'swish' is not one of"):
+        cs.matmul(sw, x, activation="swish")
+    with pytest.raises(ValueError, match=r"bias of shape \(32,\) must be \[128\]"):
+        cs.matmul(sw, x, bias=cupy.zeros(32, dtype=cupy.float16))
+    with pytest.raises(TypeError, match="bias has dtype float32"):
+        cs.matmul(sw, x, bias=cupy.zeros(128, dtype=cupy.float32))
+    with pytest.raises(ValueError, match="split_k must be an integer >= 1"):
+        cs.matmul(sw, x, split_k=0)
+    with pytest.raises(ValueError, match="split_k_mode 'tree' must be"):
+        cs.matmul(sw, x, split_k=2, split_k_mode="tree")
+    with pytest.raises(ValueError, match="exceeds the 2 K tiles"):
+        cs.matmul(sw, x, split_k=3, family="sm80")
+
+
+@pytest.mark.parametrize("family", ["sm80", "sm90"])
+def test_linear(family):
+    import cupy
+
+    if family == "sm90" and cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    tokens, k, features = 40, 256, 192
+    rng = cupy.random.default_rng(9)
+    w = cs.prune_2to4(rng.standard_normal((features, k), dtype=cupy.float32).astype(cupy.float16))
+    x = rng.standard_normal((tokens, k), dtype=cupy.float32).astype(cupy.float16)
+    b = rng.standard_normal(features, dtype=cupy.float32).astype(cupy.float16)
+    sw = cs.compress(w, layout=family)
+    y = cs.linear(x, sw, bias=b, activation="silu")
+    assert y.shape == (tokens, features)
+    ref = activation_reference("silu", reference.to_float32(x) @ reference.to_float32(w).T + b.astype(cupy.float32))
+    assert_close(y, ref, "f16")

@@ -1,0 +1,96 @@
+"""Planned calls on the GPU: same answer as cs.matmul, CUDA graph capture and replay,
+several threads, a second device. Marked gpu."""
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cutlass_sparse as cs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_gpu_epilogue_split_k import assert_close, expect  # noqa: E402
+from test_gpu_matmul import random_operands  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("family", ["sm80", "sm90"])
+def test_plan_matches_matmul_and_checks_inputs(family):
+    import cupy
+
+    if family == "sm90" and cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    m, n, k = 256, 64, 512
+    w, sw, x = random_operands(m, n, k, "f16", "row", seed=21, family=family)
+    bias = cupy.random.default_rng(22).standard_normal(m, dtype=cupy.float32).astype(cupy.float16)
+    p = cs.plan(sw, x, bias=bias, activation="relu")
+    assert p.direct == (family == "sm80")
+    out = cupy.empty((m, n), dtype=cupy.float16)
+    for seed in (23, 24):
+        x2 = cupy.random.default_rng(seed).standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
+        y = p(x2, out=out)
+        assert y is out
+        assert_close(y, expect(w, x2, bias_full=bias.astype(cupy.float32)[:, None], activation="relu"), "f16")
+    with pytest.raises(ValueError, match="make another plan|must be"):
+        p(cupy.asfortranarray(x))
+
+
+def test_plan_in_a_cuda_graph():
+    import cupy
+
+    m, n, k = 256, 64, 512
+    w, sw, x = random_operands(m, n, k, "f16", "row", seed=31)
+    p = cs.plan(sw, x, activation="gelu")
+    out = cupy.zeros((m, n), dtype=cupy.float16)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        p(x, out=out)
+        graph = stream.end_capture()
+        x[...] = cupy.random.default_rng(32).standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
+        graph.launch(stream)
+        stream.synchronize()
+    assert_close(out, expect(w, x, activation="gelu"), "f16")
+
+
+def test_calls_from_several_threads():
+    import cupy
+
+    m, n, k = 256, 64, 512
+    w, sw, x = random_operands(m, n, k, "f16", "row", seed=41)
+    want = expect(w, x)
+    errors = []
+
+    def work():
+        try:
+            with cupy.cuda.Stream(non_blocking=True) as s:
+                for _ in range(20):
+                    y = cs.matmul(sw, x)
+                s.synchronize()
+                assert_close(y, want, "f16")
+        except Exception as exc:  # collected and re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_second_device_gets_its_own_modules():
+    import cupy
+
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    w, sw, x = random_operands(128, 32, 128, "f16", "row", seed=51)
+    with cupy.cuda.Device(1):
+        w1 = cupy.asarray(w)
+        x1 = cupy.asarray(x)
+        sw1 = cs.compress(w1, layout="sm80")
+        y1 = cs.matmul(sw1, x1)
+    assert y1.device.id == 1
+    np.testing.assert_array_equal(y1.get(), cs.matmul(sw, x).get())
