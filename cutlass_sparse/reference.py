@@ -86,3 +86,27 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
+
+
+def activation(name: str, v, leaky_slope: float = 0.01):
+    """The epilogue activations in float32 on a CuPy array, written from their definitions
+    (not from CUTLASS's functors), to check the kernels against."""
+    import math
+
+    import cupy
+    from cupyx.scipy.special import erf
+
+    table = {
+        "identity": lambda: v,
+        "relu": lambda: cupy.maximum(v, 0),
+        "leaky_relu": lambda: cupy.where(v > 0, v, leaky_slope * v),
+        "gelu": lambda: 0.5 * v * (1 + erf(v / math.sqrt(2.0))),
+        "gelu_tanh": lambda: 0.5 * v * (1 + cupy.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))),
+        "silu": lambda: v / (1 + cupy.exp(-v)),
+        "sigmoid": lambda: 1 / (1 + cupy.exp(-v)),
+        "tanh": lambda: cupy.tanh(v),
+        "hardswish": lambda: v * cupy.clip(v + 3, 0, 6) / 6,
+    }
+    if name not in table:
+        raise ValueError(f"activation {name!r} is not one of {sorted(table)}")
+    return table[name]()

@@ -41,6 +41,10 @@ def parse_args(argv=None):
     p.add_argument("--arch", default=None, help="compile target without a GPU (default sm_80), e.g. sm_90")
     p.add_argument("--emit-only", action="store_true", help="write the emitted C++ and stop")
     p.add_argument("--emit-path", default=None, help="where --emit-only writes (default: stdout)")
+    p.add_argument("--split-k", type=int, default=None, help="K slices (default: chosen per shape)")
+    p.add_argument("--split-k-mode", default=None, choices=["serial", "parallel"],
+                   help="serial: slices add into D in the GEMM; parallel (sm80): fp32 partials + reduction kernel")
+    p.add_argument("--activation", default="identity", help="epilogue activation (relu, gelu, silu, ...)")
     p.add_argument("--repeats", type=int, default=20, help="calls per timed CUDA graph")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -79,18 +83,20 @@ def run_on_gpu(args) -> int:
 
     info: dict = {}
     start = time.perf_counter()
-    y = cs.matmul(sw, x, out_dtype=args.out_dtype, config=args.config, info=info)
+    options = dict(out_dtype=args.out_dtype, config=args.config, split_k=args.split_k,
+                   split_k_mode=args.split_k_mode, activation=args.activation)
+    y = cs.matmul(sw, x, info=info, **options)
     cupy.cuda.get_current_stream().synchronize()
     first_call = time.perf_counter() - start
 
-    ref = reference.to_float32(w) @ reference.to_float32(x)
+    ref = reference.activation(args.activation, reference.to_float32(w) @ reference.to_float32(x))
     err = reference.relative_error(y, ref)
     max_abs = float(cupy.abs(reference.to_float32(y) - ref).max())
     ok = err <= TOLERANCE[args.dtype]
 
     # Kernel-only times (launches queued behind a busy GPU), then the per-call time a
     # Python caller sees.
-    run_sparse = lambda: cs.matmul(sw, x, out=y, out_dtype=args.out_dtype, config=args.config)  # noqa: E731
+    run_sparse = lambda: cs.matmul(sw, x, out=y, **options)  # noqa: E731
     y_dense = cupy.empty((args.m, args.n), dtype=np_dtype)
     run_dense = lambda: cupy.matmul(w, x, out=y_dense)  # noqa: E731
     t_sparse = reference.kernel_median_ms(run_sparse, calls=args.repeats)
@@ -103,7 +109,8 @@ def run_on_gpu(args) -> int:
     print(f"problem       {args.m} x {args.n} x {args.k}  {args.dtype} -> {args.out_dtype or args.dtype}, "
           f"B {args.layout_b}-major")
     print(f"device        {device} ({info['arch']})")
-    print(f"config        {info['config']}")
+    print(f"config        {info['config']}  (split-K {info.get('split_k', 1)} {info.get('split_k_mode', '')}, "
+          f"activation {args.activation})")
     compile_text = "from cache" if info["from_cache"] else f"compiled, {info['compile_seconds']:.2f} s"
     print(f"kernel        {compile_text}; first call {first_call * 1e3:.1f} ms")
     print(f"sparse        {t_sparse:.4f} ms  {flops / t_sparse / 1e9:8.1f} TFLOP/s")

@@ -1,6 +1,5 @@
 """Issue 4 on the GPU: split-K (serial, parallel), fused epilogues (activations, bias,
 alpha/beta/C), cs.linear, against float32 references. Marked gpu."""
-import math
 import sys
 from pathlib import Path
 
@@ -17,31 +16,13 @@ from test_gpu_matmul import TOLERANCE, poisoned, random_operands  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 
-def activation_reference(name, v, slope=0.01):
-    import cupy
-    from cupyx.scipy.special import erf
-
-    table = {
-        "identity": lambda: v,
-        "relu": lambda: cupy.maximum(v, 0),
-        "leaky_relu": lambda: cupy.where(v > 0, v, slope * v),
-        "gelu": lambda: 0.5 * v * (1 + erf(v / math.sqrt(2.0))),
-        "gelu_tanh": lambda: 0.5 * v * (1 + cupy.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))),
-        "silu": lambda: v / (1 + cupy.exp(-v)),
-        "sigmoid": lambda: 1 / (1 + cupy.exp(-v)),
-        "tanh": lambda: cupy.tanh(v),
-        "hardswish": lambda: v * cupy.clip(v + 3, 0, 6) / 6,
-    }
-    return table[name]()
-
-
 def expect(w, x, alpha=1.0, beta=0.0, c=None, bias_full=None, activation="identity", slope=0.01):
     v = alpha * (reference.to_float32(w) @ reference.to_float32(x))
     if c is not None:
         v = v + beta * reference.to_float32(c)
     if bias_full is not None:
         v = v + bias_full
-    return activation_reference(activation, v, slope)
+    return reference.activation(activation, v, slope)
 
 
 def assert_close(y, ref, dtype):
@@ -145,5 +126,5 @@ def test_linear(family):
     sw = cs.compress(w, layout=family)
     y = cs.linear(x, sw, bias=b, activation="silu")
     assert y.shape == (tokens, features)
-    ref = activation_reference("silu", reference.to_float32(x) @ reference.to_float32(w).T + b.astype(cupy.float32))
+    ref = reference.activation("silu", reference.to_float32(x) @ reference.to_float32(w).T + b.astype(cupy.float32))
     assert_close(y, ref, "f16")
