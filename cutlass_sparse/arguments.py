@@ -52,7 +52,7 @@ class StructLayout:
         return np.zeros(1, dtype=self.dtype)
 
 
-# The sm80 family's GEMM entry (emit_sm80.py).
+# The sm80 family's GEMM entry (emit_sm80.py): CUTLASS's GemmSparseUniversal arguments.
 SM80_GEMM = StructLayout("CutlassSparseArguments", (
     ("a", "void const *", np.uint64),          # compressed values [M_pad, K_pad/2]
     ("e", "void const *", np.uint64),          # reordered metadata
@@ -65,17 +65,21 @@ SM80_GEMM = StructLayout("CutlassSparseArguments", (
     ("ldb", "long long", np.int64),
     ("ldc", "long long", np.int64),
     ("ldd", "long long", np.int64),
-    ("slice_stride", "long long", np.int64),   # parallel split-K: elements between K slices' C/D
+    ("batch_stride_a", "long long", np.int64),  # batched: in CUTLASS's units (A and E: stored x 2)
+    ("batch_stride_e", "long long", np.int64),
+    ("batch_stride_b", "long long", np.int64),
+    ("batch_stride_c", "long long", np.int64),
+    ("batch_stride_d", "long long", np.int64),  # also parallel split-K: between K slices' partials
     ("m", "int", np.int32),                    # problem as the kernel sees it
     ("n", "int", np.int32),
     ("k", "int", np.int32),
-    ("grid_m", "int", np.int32),               # tiled shape (tiles along M, N, K slices)
-    ("grid_n", "int", np.int32),
-    ("grid_k", "int", np.int32),
+    ("mode", "int", np.int32),                 # cutlass::gemm::GemmUniversalMode
+    ("batch_count", "int", np.int32),          # K slices (kGemm, kGemmSplitKParallel) or batch size
+    ("slice_k", "int", np.int32),              # K per slice, whole tiles; 0: one slice
+    ("grid_k", "int", np.int32),               # K slices that slice_k yields
     ("alpha", "float", np.float32),
     ("beta", "float", np.float32),
     ("activation_arg", "float", np.float32),   # leaky_relu's negative slope
-    ("reserved", "int", np.int32),
 ))
 
 # The parallel split-K reduction entry (emit_reduction.py).

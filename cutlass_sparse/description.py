@@ -76,7 +76,6 @@ class SparseGemmConfig:
     schedule: str = "none"           # sm90: "cooperative" | "pingpong"
     tile_scheduler: str = "persistent"   # sm90: one of TILE_SCHEDULERS
     activation: str = "identity"     # one of ACTIVATIONS
-    split_k_serial: bool = False     # sm80: K slices accumulate in order into D (semaphores)
 
     def __post_init__(self):
         checks = [
@@ -90,8 +89,6 @@ class SparseGemmConfig:
             ((self.schedule in SCHEDULES) == (self.family == "sm90"),
              f"schedule {self.schedule!r}: sm90 takes one of {sorted(SCHEDULES)}, sm80 none"),
             (self.activation in ACTIVATIONS, f"activation {self.activation!r} must be one of {sorted(ACTIVATIONS)}"),
-            (not (self.split_k_serial and self.is_3x), "split_k_serial is an sm80 kernel variant (sm90 splits K "
-             "with its stream-K scheduler)"),
             (self.tile_scheduler in TILE_SCHEDULERS, f"tile_scheduler {self.tile_scheduler!r} must be one of {TILE_SCHEDULERS}"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
              "tile_scheduler 'streamk' needs the sm90 'cooperative' schedule (CUTLASS's ping-pong kernel has no stream-K)"),
@@ -171,8 +168,6 @@ class SparseGemmConfig:
             name += f"_{self.tile_scheduler}"
         if self.activation != "identity":
             name += f"_{self.activation}"
-        if self.split_k_serial:
-            name += "_splitkserial"
         return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
 
     @functools.cached_property

@@ -19,13 +19,15 @@ TEMPLATE = """\
 // Emitted by cutlass_sparse: 2:4 sparse GEMM, CUTLASS 2.x (mma.sp), family ${family}.
 #include <cutlass/cutlass.h>
 #include <cutlass/gemm/gemm.h>
-#include <cutlass/gemm/kernel/default_gemm_sparse.h>
+#include <cutlass/gemm/kernel/default_gemm_sparse_universal.h>
 #include <cutlass/epilogue/thread/linear_combination.h>
 #include <cutlass/epilogue/thread/linear_combination_generic.h>
 #include <cutlass/epilogue/thread/activation.h>
 #include <cuda/std/type_traits>
 
-using Kernel = typename cutlass::gemm::kernel::DefaultSparseGemm<
+// GemmSparseUniversal: one kernel for plain, split-K serial (kGemm with K slices, semaphores),
+// split-K parallel (kGemmSplitKParallel: each slice writes its own partial D) and batched.
+using Kernel = typename cutlass::gemm::kernel::DefaultGemmSparseUniversal<
     ${element_a}, ${layout_a}, ${alignment_a},
     ${element_b}, ${layout_b}, ${alignment_b},
     ${element_c}, cutlass::layout::RowMajor,
@@ -37,34 +39,35 @@ using Kernel = typename cutlass::gemm::kernel::DefaultSparseGemm<
     ${output_op},
     ${swizzle},
     ${stages},
-    ${split_k_serial},  // serial split-K
     ${math_operation}>::GemmKernel;
 
 // Metadata as the kernel reads it: the host side must compress to exactly this.
 static_assert(sizeof(typename Kernel::ElementE) == 2, "metadata word must be 16-bit");
 static_assert(Kernel::kElementsPerElementE == 8, "one metadata word covers 8 stored values");
+static_assert(cuda::std::is_same<typename Kernel::LayoutE, cutlass::layout::ColumnMajorInterleaved<2>>::value,
+              "metadata must be ColumnMajorInterleaved<2>");
 static_assert(Kernel::kThreadCount == ${threads}, "thread count differs from the description");
 extern "C" __constant__ int ${name}_threads = Kernel::kThreadCount;
 
 ${arguments_struct}
 extern "C" __global__ void __launch_bounds__(Kernel::kThreadCount)
 ${name}(${arguments_name} const args) {
-  using Mma = typename Kernel::Mma;
-  using OutputRef = typename Kernel::Epilogue::OutputTileIterator::TensorRef;
-  using OutputOp = typename Kernel::Epilogue::OutputOp;
-  // Parallel split-K: K slice z writes its own partial tile at z * slice_stride.
-  long long const slice = (long long)blockIdx.z * args.slice_stride;
+  using OutputOp = typename Kernel::EpilogueOutputOp;
   // Params built per thread from plain values: no host compiler needed to lay them out.
-  typename Kernel::Params params(
-      {args.m, args.n, args.k},
-      {args.grid_m, args.grid_n, args.grid_k},
-      {const_cast<${element_a} *>(static_cast<${element_a} const *>(args.a)), typename Mma::IteratorA::Layout(args.lda)},
-      {const_cast<${element_b} *>(static_cast<${element_b} const *>(args.b)), typename Mma::IteratorB::Layout(args.ldb)},
-      OutputRef(static_cast<${element_c} *>(const_cast<void *>(args.c)) + slice, typename OutputRef::Layout(args.ldc)),
-      OutputRef(static_cast<${element_c} *>(args.d) + slice, typename OutputRef::Layout(args.ldd)),
-      {const_cast<typename Kernel::ElementE *>(static_cast<typename Kernel::ElementE const *>(args.e)), typename Mma::IteratorE::Layout(args.lde)},
+  typename Kernel::Arguments arguments(
+      static_cast<cutlass::gemm::GemmUniversalMode>(args.mode), {args.m, args.n, args.k}, args.batch_count,
       ${output_params},
-      args.semaphore);
+      args.a, args.b, args.c, args.d, args.e,
+      args.batch_stride_a, args.batch_stride_b, args.batch_stride_c, args.batch_stride_d, args.batch_stride_e,
+      args.lda, args.ldb, args.ldc, args.ldd, args.lde);
+  typename Kernel::Params params(arguments, 0, 0);
+  if (args.slice_k > 0) {
+    // K slices on whole tiles: CUTLASS would cut K on 8-element boundaries, which lands a
+    // slice mid metadata word.
+    params.gemm_k_size = args.slice_k;
+    params.grid_tiled_shape.k() = args.grid_k;
+  }
+  params.semaphore = args.semaphore;
   extern __shared__ __align__(16) char shared_storage[];
   Kernel op;
   op(params, *reinterpret_cast<typename Kernel::SharedStorage *>(shared_storage));
@@ -100,7 +103,6 @@ def emit(config: SparseGemmConfig) -> Emitted:
                                            config.alignment_c),
         "output_params": epilogue.output_params_2x("OutputOp", "args.alpha", "args.beta", "args.activation_arg",
                                                    config.activation),
-        "split_k_serial": "true" if config.split_k_serial else "false",
         "swizzle": SwizzlingFunctorTag[config.swizzling_functor],
         "stages": config.stages,
         "math_operation": MathOperationTag[mi.math_operation],

@@ -263,7 +263,7 @@ def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
         ra = sm80.reduction_alignment(element_out, n, (d.data.ptr, ldd, np_out.itemsize),
                                       (c_src.data.ptr, ld_src, np_out.itemsize))
         reduce = sm80.resolve_reduction(element_out, ra, activation, arch, m, n)
-        sm80.launch_reduction(reduce, device_id, partials, split.slices, m, n, c_src.data.ptr, ld_src,
+        sm80.launch_reduction(reduce, device_id, partials, launch, m, n, c_src.data.ptr, ld_src,
                               d.data.ptr, ldd, alpha, beta, leaky_slope, m_pad)
     else:
         semaphore = 0

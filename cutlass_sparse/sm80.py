@@ -1,12 +1,14 @@
 """The Ampere-style family at run time: CUTLASS 2.x sparse GEMM launches, with split-K.
 
 - One slice: the GEMM applies the epilogue and writes D.
-- Serial split-K: K slices of one output tile run in order (semaphores, one int per
-  tile, which the kernel leaves zeroed; they are zeroed before each launch anyway so
-  a caller's fresh buffer needs no care), each adding into D; the last applies the
-  activation.
-- Parallel split-K: each K slice writes an fp32 partial tile into the workspace; the
-  reduction kernel (emit_reduction) sums them and applies the epilogue into D.
+- Serial split-K (CUTLASS's kGemm mode with K slices): slices of one output tile run in
+  order (semaphores, one int per tile, which the kernel leaves zeroed; they are zeroed
+  before each launch anyway so a caller's fresh buffer needs no care), each adding into
+  D; the last applies the activation.
+- Parallel split-K (kGemmSplitKParallel): each K slice writes an fp32 partial tile into
+  the workspace; the reduction kernel (emit_reduction) sums them and applies the
+  epilogue into D.
+K slices are cut on whole tiles (slice_k), so each starts on a metadata word.
 
 Operands arrive validated (matmul.py); this module sizes, resolves and launches.
 """
@@ -25,6 +27,8 @@ from .selection import cdiv, round_up
 
 FAMILY = "sm80"
 WORKSPACE_ALIGN = 256     # bytes; every workspace part starts on this boundary
+# cutlass::gemm::GemmUniversalMode
+MODE_GEMM, MODE_SPLIT_K_PARALLEL, MODE_BATCHED = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -85,12 +89,19 @@ def workspace_parts(m_pad: int, n: int, tile: tuple[int, int, int], split: Split
 
 
 def gemm_variant(config: SparseGemmConfig, split: Split, activation: str):
-    """The GEMM a split needs: serial adds the semaphore variant; parallel writes fp32
-    partials with no activation (the reduction applies the epilogue)."""
+    """The GEMM a split needs: parallel writes fp32 partials with no activation (the
+    reduction applies the epilogue); otherwise the epilogue is the GEMM's own."""
     if split.parallel:   # fp32 vectors are at most 4 wide (16 bytes); N stays a multiple
         return dataclasses.replace(config, element_out="f32", alignment_c=min(config.alignment_c, 4),
-                                   activation="identity", split_k_serial=False)
-    return dataclasses.replace(config, activation=activation, split_k_serial=split.serial)
+                                   activation="identity")
+    return dataclasses.replace(config, activation=activation)
+
+
+def k_slices(k_eff: int, tile_k: int, slices: int) -> tuple[int, int]:
+    """(K per slice, slices that gives): whole tiles per slice, as even as tiles allow."""
+    k_tiles = k_eff // tile_k
+    per_slice = cdiv(k_tiles, slices) * tile_k
+    return per_slice, cdiv(k_eff, per_slice)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -108,13 +119,16 @@ def resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, 
     if split.slices > k_tiles:
         raise ValueError(f"split_k={split.slices} exceeds the {k_tiles} K tiles of K = {k} with {config.name}")
     kernel = runtime.load(kernels.get(config, arch))
-    tm, tn, _ = config.threadblock
-    tiled = (cdiv(m_pad, tm), cdiv(n, tn), split.slices)
+    tm, tn, tk = config.threadblock
+    slice_k, grid_k = k_slices(k_eff, tk, split.slices)
+    tiled = (cdiv(m_pad, tm), cdiv(n, tn), grid_k)
     swizzle = 1 << swizzle_log_tile(config.swizzle, tiled[1])
     block = arguments.SM80_GEMM.new_block()
     fields = block[0]
     fields["m"], fields["n"], fields["k"] = m_pad, n, k_eff
-    fields["grid_m"], fields["grid_n"], fields["grid_k"] = tiled
+    fields["mode"] = MODE_SPLIT_K_PARALLEL if split.parallel else MODE_GEMM
+    fields["batch_count"] = split.slices
+    fields["slice_k"], fields["grid_k"] = (slice_k, grid_k) if split.slices > 1 else (0, 1)
     return Launch(kernel, (tiled[0] * swizzle, cdiv(tiled[1], swizzle), tiled[2]), block)
 
 
@@ -165,20 +179,20 @@ def launch_gemm(launch: Launch, device_id, sw, x, c_ptr, d_ptr, ldb, ldc, ldd, a
     fields = block[0]
     fields["a"], fields["e"] = sw.values.data.ptr, sw.metadata.data.ptr
     fields["b"], fields["c"], fields["d"] = x.data.ptr, c_ptr, d_ptr
-    fields["semaphore"], fields["slice_stride"] = semaphore_ptr, slice_stride
+    fields["semaphore"], fields["batch_stride_d"] = semaphore_ptr, slice_stride
     fields["lda"], fields["lde"] = sw.padded_shape[1] // 2, sw.metadata_ld
     fields["ldb"], fields["ldc"], fields["ldd"] = ldb, ldc, ldd
     fields["alpha"], fields["beta"], fields["activation_arg"] = alpha, beta, activation_arg
     launch.kernel.launch(device_id, launch.grid, block)
 
 
-def launch_reduction(launch: Launch, device_id, partials_ptr, slices, m, n, c_ptr, ldc, d_ptr, ldd,
+def launch_reduction(launch: Launch, device_id, partials_ptr, gemm: Launch, m, n, c_ptr, ldc, d_ptr, ldd,
                      alpha, beta, activation_arg, m_pad) -> None:
     block = launch.block.copy()
     f = block[0]
     f["workspace"], f["source"], f["destination"] = partials_ptr, c_ptr, d_ptr
     f["slice_stride"], f["ld_workspace"] = m_pad * partial_ld(n), partial_ld(n)
     f["ld_source"], f["ld_destination"] = ldc, ldd
-    f["m"], f["n"], f["slices"] = m, n, slices
+    f["m"], f["n"], f["slices"] = m, n, int(gemm.block[0]["grid_k"])   # slices the GEMM wrote
     f["alpha"], f["beta"], f["activation_arg"] = alpha, beta, activation_arg
     launch.kernel.launch(device_id, launch.grid, block, threads=(32, ROWS_PER_BLOCK, 1))

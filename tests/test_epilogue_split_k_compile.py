@@ -22,13 +22,13 @@ def test_every_activation_compiles_into_the_sm80_gemm(activation, shared_cache_p
     assert f"::{ACTIVATIONS[activation]}" in kernels.emit(config).source or activation == "identity"
 
 
-def test_serial_split_k_variant_compiles(shared_cache_path):
-    config = dataclasses.replace(SMALL, split_k_serial=True, activation="gelu")
-    assert config.name.endswith("_gelu_splitkserial_swz8")
-    source = kernels.emit(config).source
-    assert "true,  // serial split-K" in source
-    compiled = kernels.get(config, "sm_80", KernelCache(shared_cache_path))
-    assert compiled.shared_bytes > 0
+def test_one_universal_kernel_serves_plain_serial_and_parallel_split_k():
+    # GemmSparseUniversal picks the mode at run time; K slices are cut on whole tiles.
+    source = kernels.emit(SMALL).source
+    assert "DefaultGemmSparseUniversal" in source and "params.gemm_k_size = args.slice_k" in source
+    assert sm80.k_slices(1024, 64, 3) == (384, 3)      # 16 tiles: 6 + 6 + 4
+    assert sm80.k_slices(576, 64, 8) == (128, 5)       # 9 tiles over 8 asked: 2 each, 5 slices
+    assert sm80.k_slices(1024, 64, 1) == (1024, 1)
 
 
 @pytest.mark.parametrize("element_out,alignment", [("f16", 8), ("bf16", 4), ("f32", 4), ("f16", 1)])
@@ -55,8 +55,6 @@ def test_configurations_refuse_bad_epilogue_and_split_options():
         dataclasses.replace(SMALL, activation="swish")
     fam = catalog.load("sm90")
     sm90 = fam.config(fam.tiles[0], "f16", "f16", "row", 8, 8)
-    with pytest.raises(ValueError, match="split_k_serial is an sm80 kernel variant"):
-        dataclasses.replace(sm90, split_k_serial=True)
     with pytest.raises(ValueError, match="needs the sm90 'cooperative' schedule"):
         dataclasses.replace(sm90, schedule="pingpong", tile_scheduler="streamk")
     with pytest.raises(ValueError, match="alignment 3"):
@@ -75,8 +73,7 @@ def test_workspace_sizes():
 
 def test_parallel_split_k_gemm_writes_fp32_partials_without_activation():
     variant = sm80.gemm_variant(SMALL, sm80.Split(4, "parallel"), "gelu")
-    assert (variant.element_out, variant.alignment_c, variant.activation, variant.split_k_serial) == \
-        ("f32", 4, "identity", False)
+    assert (variant.element_out, variant.alignment_c, variant.activation) == ("f32", 4, "identity")
     serial = sm80.gemm_variant(SMALL, sm80.Split(4, "serial"), "gelu")
-    assert serial.split_k_serial and serial.activation == "gelu" and serial.element_out == "f16"
+    assert serial == dataclasses.replace(SMALL, activation="gelu")
     assert sm80.gemm_variant(SMALL, sm80.Split(1, "parallel"), "relu") == dataclasses.replace(SMALL, activation="relu")
