@@ -128,3 +128,29 @@ def test_linear(family):
     assert y.shape == (tokens, features)
     ref = reference.activation("silu", reference.to_float32(x) @ reference.to_float32(w).T + b.astype(cupy.float32))
     assert_close(y, ref, "f16")
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("shape", [(3, 200, 40, 100), (2, 256, 64, 512)], ids=lambda s: "x".join(map(str, s)))
+def test_batched_shared_weight(shape, layout):
+    import cupy
+
+    batch, m, n, k = shape
+    w, sw, _ = random_operands(m, n, k, "bf16", layout, seed=61)
+    rng = cupy.random.default_rng(62)
+    xs = dtypes.from_float32(rng.standard_normal((batch, k, n), dtype=cupy.float32), dtypes.bfloat16)
+    if layout == "col":
+        xs = cupy.ascontiguousarray(xs.transpose(0, 2, 1)).transpose(0, 2, 1)
+    c = dtypes.from_float32(rng.standard_normal((batch, m, n), dtype=cupy.float32), dtypes.bfloat16)
+    y = cs.matmul(sw, xs, alpha=2.0, beta=0.5, c=c, activation="tanh")
+    assert y.shape == (batch, m, n)
+    for i in range(batch):
+        assert_close(y[i], expect(w, xs[i], 2.0, 0.5, c[i], activation="tanh"), "bf16")
+    bias = dtypes.from_float32(rng.standard_normal(m, dtype=cupy.float32), dtypes.bfloat16)
+    y = cs.matmul(sw, xs, bias=bias)
+    for i in range(batch):
+        assert_close(y[i], expect(w, xs[i], bias_full=reference.to_float32(bias)[:, None]), "bf16")
+    with pytest.raises(ValueError, match="split_k cannot be combined with a batched x"):
+        cs.matmul(sw, xs, split_k=2)
+    with pytest.raises(ValueError, match="rows per batch"):
+        cs.matmul(sw, xs[:, :-16])
