@@ -11,6 +11,7 @@ from .dtypes import bfloat16
 from .env import PACKAGE_VERSION as __version__
 from .matmul import linear, matmul, workspace_size
 from .plan import Plan, plan
+from .profiler import tune
 
 
 def emit_source(config: SparseGemmConfig | str) -> str:
@@ -23,4 +24,4 @@ def emit_source(config: SparseGemmConfig | str) -> str:
 
 
 __all__ = ["CompileError", "SparseGemmConfig", "SparseMatrix", "bfloat16", "compress", "emit_source",
-           "Plan", "linear", "matmul", "plan", "prune_2to4", "workspace_size", "__version__"]
+           "Plan", "linear", "matmul", "plan", "prune_2to4", "tune", "workspace_size", "__version__"]

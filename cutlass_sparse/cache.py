@@ -30,6 +30,13 @@ CREATE TABLE IF NOT EXISTS kernels (
     meta TEXT NOT NULL,
     checksum TEXT NOT NULL,
     created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS winners (
+    signature TEXT PRIMARY KEY,
+    choice TEXT NOT NULL,
+    table_json TEXT NOT NULL,
+    checksum TEXT NOT NULL,
+    created REAL NOT NULL
 )
 """
 
@@ -80,6 +87,7 @@ class KernelCache:
         _refuse_if_shared_writable(self.path)
         self._lock = threading.Lock()
         self._overlay: dict[str, Entry] = {}
+        self._overlay_winners: dict[str, tuple[dict, list]] = {}
         self._conn = self._open()
 
     def _open(self) -> sqlite3.Connection | None:
@@ -119,7 +127,7 @@ class KernelCache:
             try:
                 conn.execute("PRAGMA busy_timeout=60000")
                 conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(SCHEMA)
+                conn.executescript(SCHEMA)
                 conn.execute("SELECT count(*) FROM kernels").fetchone()
                 return conn
             except sqlite3.OperationalError as exc:
@@ -157,6 +165,48 @@ class KernelCache:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (key, name, arch, cubin, meta_json, _checksum(cubin, meta_json), time.time()))
 
+    # -- profiler winners: signature (JSON) -> choice (JSON) and the measured table ---------
+
+    def get_winner(self, signature: str) -> tuple[dict, list] | None:
+        with self._lock:
+            if signature in self._overlay_winners:
+                return self._overlay_winners[signature]
+            if self._conn is None or not self._has_winners():
+                return None
+            row = self._conn.execute("SELECT choice, table_json, checksum FROM winners WHERE signature = ?",
+                                     (signature,)).fetchone()
+        if row is None:
+            return None
+        choice, table, checksum = row
+        if _checksum(choice.encode(), signature + table) != checksum:
+            warnings.warn(f"profiler record for {signature[:60]} failed its checksum; ignored")
+            return None
+        return json.loads(choice), json.loads(table)
+
+    def put_winner(self, signature: str, choice: dict, table: list) -> None:
+        choice_json, table_json = json.dumps(choice, sort_keys=True), json.dumps(table)
+        with self._lock:
+            if self.read_only:
+                self._overlay_winners[signature] = (json.loads(choice_json), json.loads(table_json))
+                return
+            self._conn.execute(
+                "INSERT OR REPLACE INTO winners (signature, choice, table_json, checksum, created) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (signature, choice_json, table_json, _checksum(choice_json.encode(), signature + table_json),
+                 time.time()))
+
+    def winners(self) -> list[tuple[str, dict]]:
+        with self._lock:
+            if self._conn is None or not self._has_winners():
+                return []
+            rows = self._conn.execute("SELECT signature, choice FROM winners ORDER BY signature").fetchall()
+        return [(sig, json.loads(choice)) for sig, choice in rows]
+
+    def _has_winners(self) -> bool:
+        # A read-only file written by an older version may lack the table.
+        return self._conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'winners'").fetchone() is not None
+
     def rows(self):
         """(key, name, arch, bytes, checksum ok) for every stored entry."""
         with self._lock:
@@ -178,8 +228,10 @@ class KernelCache:
         return bad
 
     def clear(self) -> int:
+        """Remove every kernel and profiler record; returns how many kernels."""
         self._require_writable("clear")
         with self._lock:
+            self._conn.execute("DELETE FROM winners")
             return self._conn.execute("DELETE FROM kernels").rowcount
 
     def merge_from(self, other: Path | str) -> int:
@@ -199,6 +251,15 @@ class KernelCache:
                     "INSERT OR IGNORE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)", (key, name, arch, cubin, meta, checksum, created))
                 added += cursor.rowcount
+            for signature, choice in source.winners():
+                record = source.get_winner(signature)
+                if record is not None and self._conn.execute(
+                        "SELECT 1 FROM winners WHERE signature = ?", (signature,)).fetchone() is None:
+                    choice_json, table_json = json.dumps(record[0], sort_keys=True), json.dumps(record[1])
+                    self._conn.execute(
+                        "INSERT INTO winners (signature, choice, table_json, checksum, created) VALUES (?, ?, ?, ?, ?)",
+                        (signature, choice_json, table_json,
+                         _checksum(choice_json.encode(), signature + table_json), time.time()))
         source.close()
         return added
 
@@ -238,13 +299,16 @@ def main(argv=None) -> int:
     if args.command == "ls":
         for key, name, arch, size, ok in cache.rows():
             print(f"{key[:12]}  {arch:7}  {size:>9}  {'ok ' if ok else 'BAD'}  {name}")
+        for signature, choice in cache.winners():
+            print(f"winner  {signature}  ->  {choice.get('name')} split {choice.get('split_k')}")
     elif args.command == "stats":
         rows = cache.rows()
         by_arch: dict[str, int] = {}
         for _, _, arch, _, _ in rows:
             by_arch[arch] = by_arch.get(arch, 0) + 1
         print(f"{cache.path}: {len(rows)} kernels, {sum(r[3] for r in rows) / 1e6:.1f} MB of cubins, "
-              f"{sum(not r[4] for r in rows)} failing their checksum; by arch: {by_arch}")
+              f"{sum(not r[4] for r in rows)} failing their checksum; by arch: {by_arch}; "
+              f"{len(cache.winners())} profiler records")
     elif args.command == "verify":
         bad = cache.verify()
         print(f"{len(bad)} entries failed their checksum" + (" and were removed" if bad else ""))

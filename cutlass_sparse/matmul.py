@@ -85,7 +85,8 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
            activation: str = "identity", leaky_slope: float = 0.01, out_dtype=None,
            config: str | SparseGemmConfig | None = None, family: str | None = None,
            split_k: int | None = None, split_k_mode: str | None = None, workspace=None,
-           info: dict | None = None, _record: dict | None = None):
+           autotune: bool = False, force_profile: bool = False,
+           info: dict | None = None, _record: dict | None = None, _tile: tuple | None = None):
     """y = activation(alpha * (sw @ x) + beta * c + bias), by a CUTLASS 2:4 sparse tensor-core kernel.
 
     sw: SparseMatrix [M, K] (from cs.compress, on the device). x: device array [K, N],
@@ -110,6 +111,10 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     (sm80 only): slices write fp32 partials to a workspace that a reduction kernel sums,
     applying the epilogue. workspace: a device buffer of at least cs.workspace_size(...)
     bytes; default: one from CuPy's memory pool.
+
+    Kernel choice: `config` if given; else the profiler's recorded winner for this
+    problem's signature (cs.tune); else a heuristic. autotune=True profiles on a miss;
+    force_profile=True profiles again. Profiling synchronizes and takes seconds to minutes.
     """
     import cupy
 
@@ -161,14 +166,21 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         workspace = as_device_array(workspace, "workspace")
         _check_same_device(workspace, "workspace", device_id)
     with cupy.cuda.Device(device_id):
+        if config is None and _tile is None and split_k is None and split_k_mode is None:
+            from . import profiler
+
+            choice = profiler.choice_for(sw, x, family, element, element_out, layout_b, activation, out_dtype,
+                                         autotune, force_profile)
+            if choice is not None:
+                _tile, split_k, split_k_mode = choice.tile, choice.split_k, choice.split_k_mode
         if bias is not None:
             c, beta = _with_bias(bias, c, beta, m, n, np_out, device_id), 1.0
         if family == "sm90":
             return _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info,
-                                split_k, workspace, activation, leaky_slope)
+                                split_k, workspace, activation, leaky_slope, _tile)
         split = sm80.Split(split_k or 1, split_k_mode or "serial")
         return _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
-                            split, workspace, activation, leaky_slope, _record)
+                            split, workspace, activation, leaky_slope, _record, _tile)
 
 
 def _matmul_batched(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, family,
@@ -299,7 +311,7 @@ def _with_bias(bias, c, beta, m, n, np_out, device_id):
 
 
 def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
-                 split, workspace, activation, leaky_slope, record=None):
+                 split, workspace, activation, leaky_slope, record=None, tile=None):
     import cupy
 
     device_id = x.device.id
@@ -324,7 +336,9 @@ def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
         c_full, ldc = c, _row_stride(c, n)
 
     # -- kernel choice --------------------------------------------------------
-    tile_k = config.threadblock[2] if config else selection.choose_tile(sm80.FAMILY, m_pad, n, k, sm_count)[0][2]
+    if config is None and tile is None:
+        tile = selection.choose_tile(sm80.FAMILY, m_pad, n, k, sm_count)
+    tile_k = config.threadblock[2] if config else tile[0][2]
     k_eff = cdiv(k, tile_k) * tile_k
     if k_eff != k:
         # mma.sp needs valid metadata on every K step, so the kernel runs over whole
@@ -348,7 +362,7 @@ def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
     if k_stored < k_eff:
         raise ValueError(f"sw stores K = {k_stored}, less than the {k_eff} this kernel runs over")
     launch = sm80.resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
-                          arch, sm_count, config, split, activation)
+                          arch, sm_count, config, split, activation, tile)
 
     # -- workspace and launches -----------------------------------------------
     semaphore_bytes, partial_bytes = sm80.workspace_parts(m_pad, n, launch.kernel.compiled.config.threadblock,
@@ -403,7 +417,7 @@ def _check_split_k(split_k, split_k_mode, family):
 
 
 def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info, split_k,
-                 workspace, activation, leaky_slope):
+                 workspace, activation, leaky_slope, tile=None):
     import cupy
 
     from . import sm90
@@ -424,17 +438,22 @@ def _matmul_sm90(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
                     f"TMA rule: 16-byte aligned address and leading dimension a multiple of {16 // item} "
                     f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
         config, scheduling = _resolve_sm90(m, n, k, x.device.id, element, element_out, layout_b, config, split_k,
-                                           activation)
+                                           activation, tile)
         sm90.matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace, leaky_slope)
         return d
 
 
-def _resolve_sm90(m, n, k, device_id, element, element_out, layout_b, config, split_k, activation="identity"):
-    """The sm90 kernel and K decomposition for a problem (the caller's config, or the catalog's)."""
+def _resolve_sm90(m, n, k, device_id, element, element_out, layout_b, config, split_k, activation="identity",
+                  tile=None):
+    """The sm90 kernel and K decomposition for a problem (the caller's config, a profiled
+    tile, or the catalog's choice)."""
     from . import sm90
 
     alignment_c = 16 // dtypes.numpy_dtype(element_out).itemsize
-    if config is None:
+    if config is None and tile is not None:
+        splits = split_k or 1
+        config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
+    elif config is None:
         tile, splits = selection.choose_sm90(m, n, k, _device_facts(device_id)[1], split_k)
         config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
     else:

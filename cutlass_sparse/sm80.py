@@ -106,11 +106,12 @@ def k_slices(k_eff: int, tile_k: int, slices: int) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=4096)
 def resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff, arch, sm_count,
-            config, split: Split, activation: str) -> Launch:
-    """Choose, compile or load, and size the GEMM launch, once per problem signature."""
+            config, split: Split, activation: str, tile: tuple | None = None) -> Launch:
+    """Choose (config, else tile, else the heuristic's tile), compile or load, and size
+    the GEMM launch, once per problem signature."""
     fam = catalog.load(FAMILY)
     if config is None:
-        tile = selection.choose_tile(FAMILY, m_pad, n, k, sm_count)
+        tile = tile or selection.choose_tile(FAMILY, m_pad, n, k, sm_count)
         config = fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
     else:
         check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c)

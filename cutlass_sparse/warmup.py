@@ -48,10 +48,14 @@ def catalog_items(archs, widest_only: bool = True) -> list[tuple[object, str]]:
 
 def shard(items: list, index: int, count: int) -> list:
     """This machine's share: a fixed order (arch, name), every count-th item from index."""
+    return shard_list(sorted(dict.fromkeys(items), key=lambda item: (item[1], item[0].name)), index, count)
+
+
+def shard_list(items: list, index: int, count: int) -> list:
+    """This machine's share of a list kept in its given order."""
     if not 0 <= index < count:
         raise ValueError(f"shard {index}/{count}: need 0 <= i < N")
-    ordered = sorted(dict.fromkeys(items), key=lambda item: (item[1], item[0].name))
-    return ordered[index::count]
+    return items[index::count]
 
 
 def compile_all(configs, arch: str | None = None, jobs: int | None = None, progress=None):
@@ -81,9 +85,13 @@ def compile_all(configs, arch: str | None = None, jobs: int | None = None, progr
     return results
 
 
-def print_progress(done: int, total: int, result) -> None:
-    name, arch, status, seconds = result
+def print_progress_text(done: int, total: int, text: str) -> None:
+    """A one-line progress bar (stderr on a terminal, else stdout)."""
     width = 30
     bar = "#" * (width * done // total) + "." * (width - width * done // total)
-    line = f"[{bar}] {done}/{total}  {status[:8]:8} {seconds:6.1f} s  {arch}  {name}"
-    print(line, file=sys.stderr if sys.stderr.isatty() else sys.stdout, flush=True)
+    print(f"[{bar}] {done}/{total}  {text}", file=sys.stderr if sys.stderr.isatty() else sys.stdout, flush=True)
+
+
+def print_progress(done: int, total: int, result) -> None:
+    name, arch, status, seconds = result
+    print_progress_text(done, total, f"{status[:8]:8} {seconds:6.1f} s  {arch}  {name}")

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 import numpy as np  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
-from cutlass_sparse import catalog, dtypes, kernels, reference, selection  # noqa: E402
+from cutlass_sparse import cache, catalog, dtypes, kernels, profiler, reference, selection, warmup  # noqa: E402
 
 # Relative error (Frobenius) allowed against a float32 dense reference.
 TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
@@ -45,6 +45,8 @@ def parse_args(argv=None):
     p.add_argument("--split-k-mode", default=None, choices=["serial", "parallel"],
                    help="serial: slices add into D in the GEMM; parallel (sm80): fp32 partials + reduction kernel")
     p.add_argument("--activation", default="identity", help="epilogue activation (relu, gelu, silu, ...)")
+    p.add_argument("--profile", action="store_true",
+                   help="time every catalog candidate first (checked against dense), record the winner, use it")
     p.add_argument("--repeats", type=int, default=20, help="calls per timed CUDA graph")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -80,6 +82,13 @@ def run_on_gpu(args) -> int:
     x = cupy.asarray(x_host) if args.layout_b == "row" else cupy.asfortranarray(cupy.asarray(x_host))
     w = cs.prune_2to4(w)
     sw = cs.compress(w, layout=args.family)
+
+    if args.profile:
+        print(f"profiling {args.m} x {args.n} x {args.k} ...", flush=True)
+        winner, rows = cs.tune(sw, x, out_dtype=args.out_dtype, activation=args.activation, force=True,
+                               progress=warmup.print_progress_text)
+        print(profiler.format_table(rows))
+        print(f"winner        {winner.label} (recorded in {cache.default_cache().path})")
 
     info: dict = {}
     start = time.perf_counter()

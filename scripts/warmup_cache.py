@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     p.add_argument("--all-alignments", action="store_true", help="also the narrower-alignment variants")
     p.add_argument("--only", default=None, help="keep only kernels whose name contains this")
     p.add_argument("--cache", default=None, help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)")
+    p.add_argument("--tune", default=None, metavar="SHAPES.txt",
+                   help="also profile these problems (GPU needed): lines 'M N K [f16|bf16] [row|col] [sm80|sm90]'")
+    p.add_argument("--no-catalog", action="store_true", help="skip compiling the catalog (with --tune)")
     args = p.parse_args(argv)
     if args.cache:
         os.environ["CUTLASS_SPARSE_CACHE"] = str(Path(args.cache).resolve())
@@ -47,7 +50,7 @@ def main(argv=None) -> int:
     items = warmup.catalog_items(args.arch.split(","), widest_only=not args.all_alignments)
     if args.only:
         items = [item for item in items if args.only in item[0].name]
-    mine = warmup.shard(items, index, count)
+    mine = [] if args.no_catalog else warmup.shard(items, index, count)
     print(f"shard {index}/{count}: {len(mine)} of {len(items)} kernels, {args.jobs} jobs, "
           f"cache {os.environ.get('CUTLASS_SPARSE_CACHE') or 'default'}")
     start = time.perf_counter()
@@ -61,7 +64,59 @@ def main(argv=None) -> int:
     for name, arch, status, _ in results:
         if status.startswith("failed"):
             print(f"  {arch} {name}: {status}")
-    return 1 if counts["failed"] else 0
+    failed = counts["failed"]
+    if args.tune:
+        failed += tune_shapes(args.tune, index, count, args.jobs)
+    return 1 if failed else 0
+
+
+def parse_shapes(path: str) -> list[tuple]:
+    """(m, n, k, dtype, layout_b, family or None) per non-empty, non-comment line."""
+    shapes = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        words = line.split("#")[0].split()
+        if not words:
+            continue
+        try:
+            m, n, k = (int(w) for w in words[:3])
+        except ValueError:
+            raise SystemExit(f"{path}:{number}: expected 'M N K [dtype] [layout] [family]', got {line!r}")
+        rest = dict(dtype="f16", layout="row", family=None)
+        for word in words[3:]:
+            key = "dtype" if word in ("f16", "bf16") else "layout" if word in ("row", "col") else \
+                "family" if word in ("sm80", "sm90") else None
+            if key is None:
+                raise SystemExit(f"{path}:{number}: unknown word {word!r}")
+            rest[key] = word
+        shapes.append((m, n, k, rest["dtype"], rest["layout"], rest["family"]))
+    return shapes
+
+
+def tune_shapes(path: str, index: int, count: int, jobs: int) -> int:
+    """Profile this shard's share of the shapes; returns how many failed."""
+    import cupy
+
+    import cutlass_sparse as cs
+    from cutlass_sparse import dtypes
+
+    shapes = warmup.shard_list(parse_shapes(path), index, count)
+    failed = 0
+    for m, n, k, dtype, layout, family in shapes:
+        rng = cupy.random.default_rng(0)
+        np_dtype = dtypes.numpy_dtype(dtype)
+        w = cs.prune_2to4(dtypes.from_float32(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
+        x = dtypes.from_float32(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
+        if layout == "col":
+            x = cupy.asfortranarray(x)
+        try:
+            winner, rows = cs.tune(cs.compress(w, layout=family), x, jobs=jobs)
+            best = min(r.ms for r in rows if r.ms is not None)
+            print(f"tuned {m}x{n}x{k} {dtype} {layout}: {winner.label}, {best * 1e3:.1f} us, "
+                  f"{2 * m * n * k / best / 1e9:.0f} TFLOP/s ({len(rows)} candidates)", flush=True)
+        except Exception as exc:  # reported per shape, the rest go on
+            failed += 1
+            print(f"tune {m}x{n}x{k} {dtype} {layout} failed: {exc}", flush=True)
+    return failed
 
 
 if __name__ == "__main__":

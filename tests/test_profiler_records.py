@@ -1,0 +1,89 @@
+"""The profiler's CPU side: candidates, signatures, the winners table in compiled_cache.db
+(round trip, checksum, merge, read-only), and the --tune shapes file."""
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from cutlass_sparse import catalog, profiler, selection
+from cutlass_sparse.cache import KernelCache
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import warmup_cache  # noqa: E402
+
+SIGNATURE = profiler.Signature("sm80", 4096, 16, 4096, "f16", "f16", "row", "identity", "NVIDIA H100 80GB HBM3", "90")
+
+
+@pytest.mark.parametrize("family", ["sm80", "sm90"])
+def test_candidates_cover_every_tile_and_include_the_heuristic(family):
+    choices = profiler.candidates(family, 4096)
+    tiles = {c.tile for c in choices}
+    assert tiles == set(catalog.load(family).tiles)
+    if family == "sm80":
+        default = selection.choose_tile("sm80", 4096, 16, 4096, 132)
+        assert profiler.Choice("sm80", default) in choices
+        assert {c.split_k_mode for c in choices if c.split_k > 1} == {"serial", "parallel"}
+    else:
+        tile, splits = selection.choose_sm90(4096, 16, 4096, 132)
+        assert profiler.Choice("sm90", tile, splits) in choices
+        assert all(c.tile[5] == "streamk" for c in choices if c.split_k > 1)
+    # never more K slices than K tiles
+    assert all(c.split_k <= -(-64 // c.tile[0][2]) for c in profiler.candidates(family, 64))
+
+
+def test_signature_buckets_m_and_k_but_keeps_small_n():
+    assert (profiler.bucket(11008), profiler.bucket(4096), profiler.bucket(16, 256),
+            profiler.bucket(300, 256)) == (16384, 4096, 16, 512)
+    assert json.loads(SIGNATURE.key())["n"] == 16
+
+
+def test_winner_round_trip_checksum_merge_and_read_only(tmp_path):
+    db = tmp_path / "w.db"
+    cache = KernelCache(db)
+    choice = profiler.Choice("sm80", catalog.load("sm80").tiles[1], 4, "parallel")
+    table = [{"choice": choice.to_json(), "ms": 0.01, "tflops": 3.0, "status": "ok"}]
+    cache.put_winner(SIGNATURE.key(), choice.to_json(), table)
+    got, rows = cache.get_winner(SIGNATURE.key())
+    assert profiler.Choice.from_json(got) == choice and rows == table
+    assert cache.get_winner(SIGNATURE.key().replace("4096", "8192")) is None
+
+    other = KernelCache(tmp_path / "merged.db")
+    other.merge_from(db)
+    assert profiler.Choice.from_json(other.get_winner(SIGNATURE.key())[0]) == choice
+
+    with sqlite3.connect(db) as conn:        # a tampered record is ignored, not served
+        conn.execute("UPDATE winners SET choice = replace(choice, '\"split_k\": 4', '\"split_k\": 8')")
+    with pytest.warns(UserWarning, match="failed its checksum"):
+        assert KernelCache(db).get_winner(SIGNATURE.key()) is None
+
+    ro = KernelCache(tmp_path / "merged.db", read_only=True)
+    ro.put_winner("other", choice.to_json(), [])
+    assert ro.get_winner("other")[0] == choice.to_json()
+    assert KernelCache(tmp_path / "merged.db").get_winner("other") is None   # kept in memory only
+
+
+def test_clear_removes_records(tmp_path):
+    cache = KernelCache(tmp_path / "c.db")
+    cache.put_winner("s", {"name": "x"}, [])
+    cache.put("k", "n", "sm_80", b"x", {})
+    assert cache.clear() == 1 and cache.winners() == []
+
+
+def test_shapes_file(tmp_path):
+    path = tmp_path / "shapes.txt"
+    path.write_text("# decode shapes\n4096 16 4096\n11008 512 4096 bf16 col sm80  # a comment\n\n")
+    assert warmup_cache.parse_shapes(str(path)) == [(4096, 16, 4096, "f16", "row", None),
+                                                    (11008, 512, 4096, "bf16", "col", "sm80")]
+    path.write_text("4096 x 16\n")
+    with pytest.raises(SystemExit, match="expected 'M N K"):
+        warmup_cache.parse_shapes(str(path))
+
+
+def test_profiler_table_format():
+    choice = profiler.Choice("sm80", catalog.load("sm80").tiles[0])
+    rows = [profiler.Row(choice, 0.010, 30.0, "ok"), profiler.Row(choice, 0.020, 15.0, "ok"),
+            profiler.Row(choice, None, None, "wrong: relative error 1.0e+00")]
+    text = profiler.format_table(rows)
+    assert "1.00" in text and "0.50" in text and "wrong" in text
