@@ -1,4 +1,4 @@
-"""Emitter for the Ampere-style family: CUTLASS 2.x DefaultSparseGemm + an extern "C" entry."""
+"""Emitter for the Ampere-style family: CUTLASS 2.x DefaultGemmSparseUniversal + an extern "C" entry."""
 from __future__ import annotations
 
 from cutlass_library.library import (

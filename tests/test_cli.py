@@ -25,7 +25,7 @@ def test_emit_only_writes_the_kernel_source(tmp_path):
     source = out.read_text()
     name = result.stdout.split(":")[0]
     assert name.startswith("cutlass_tensorop_f16_s16832spgemm_f16_") and "_tn_" in name
-    assert 'extern "C" __global__' in source and name in source and "DefaultSparseGemm" in source
+    assert 'extern "C" __global__' in source and name in source and "DefaultGemmSparseUniversal" in source
 
 
 @pytest.mark.skipif(reference.gpu_available(), reason="exercises the no-GPU path")

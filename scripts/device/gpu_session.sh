@@ -16,4 +16,10 @@ timeout 200 python3 -m tests.gpu_cases --family sm90 --arch sm_90a --jobs 16 > $
 tail -25 $OUT/gpu_tests.log
 [ -n "$BENCH" ] && timeout 260 python3 scripts/bench.py --json $OUT/bench.json --png $OUT/bench.png $BENCH > $OUT/bench.log 2>&1; cat $OUT/bench.log 2>/dev/null
 timeout 60 python3 scripts/run_gemm.py --m 4096 --n 4096 --k 4096 > $OUT/run_gemm.log 2>&1; cat $OUT/run_gemm.log
+if [ -n "$EXTRAS" ]; then   # issue 4/5 measurements: host overhead, profiler tables
+  timeout 60 python3 scripts/host_overhead.py > $OUT/overhead.log 2>&1; cat $OUT/overhead.log
+  timeout 60 python3 scripts/host_overhead.py --family sm90 >> $OUT/overhead.log 2>&1; tail -3 $OUT/overhead.log
+  timeout 240 python3 scripts/run_gemm.py --m 4096 --n 4096 --k 4096 --profile > $OUT/profile_4096.log 2>&1; grep -v "^\[" $OUT/profile_4096.log
+  timeout 240 python3 scripts/run_gemm.py --m 4096 --n 16 --k 4096 --profile > $OUT/profile_4096x16.log 2>&1; grep -v "^\[" $OUT/profile_4096x16.log
+fi
 echo "total $(( $(date +%s) - t0 ))s"
