@@ -73,6 +73,41 @@ def sm90_configs(sm_count: int = 132):
             yield fam.config(tile, dtype, "f32", "row", 8, 4)
 
 
+def issue4_configs(family: str, sm_count: int = 132):
+    """Kernels the epilogue / split-K / batched / linear / plan tests use (so the warm-up
+    compiles them in parallel; anything missed compiles on first use)."""
+    import dataclasses
+
+    from cutlass_sparse import catalog, selection, sm80
+    from cutlass_sparse.description import ReductionConfig
+
+    def base(m, n, k, dtype, layout):
+        if family == "sm90":
+            tile, _ = selection.choose_sm90(m, n, k, sm_count)
+            return catalog.load("sm90").config(tile, dtype, dtype, layout, 8, 8)
+        return selection.config_for_shape(m, n, k, dtype, dtype, layout, sm_count)
+
+    for activation in ACTIVATIONS:
+        yield dataclasses.replace(base(256, 64, 512, "f16", "row"), activation=activation)
+    yield dataclasses.replace(base(200, 64, 256, "f16", "row"), activation="relu")
+    yield dataclasses.replace(base(192, 40, 256, "f16", "col"), activation="silu")     # linear
+    if family == "sm90":
+        return
+    for m, n, k in SM80_SPLIT_SHAPES:
+        config = base(m, n, k, "f16", "row")
+        yield config
+        yield sm80.gemm_variant(config, sm80.Split(2, "parallel"), "identity")
+        yield ReductionConfig("f16", sm80.reduction_alignment("f16", n), "identity")
+    config = base(200, 48, 1000, "bf16", "col")
+    yield dataclasses.replace(config, activation="gelu")
+    yield sm80.gemm_variant(config, sm80.Split(3, "parallel"), "gelu")
+    yield ReductionConfig("bf16", sm80.reduction_alignment("bf16", 48), "gelu")
+    for m, n, k in ((200, 40, 100), (256, 64, 512)):
+        for layout in LAYOUTS:
+            for activation in ("tanh", "identity"):
+                yield dataclasses.replace(base(m, n, k, "bf16", layout), activation=activation)
+
+
 def configs(sm_count: int = 132):
     from cutlass_sparse import selection
 
@@ -97,8 +132,9 @@ if __name__ == "__main__":
         from cutlass_sparse.description import CompressorConfig
 
         wanted = [CompressorConfig(d) for d in DTYPES] + list(sm90_configs(args.sm_count))
+        wanted += list(issue4_configs("sm90", args.sm_count))
     else:
-        wanted = list(configs(args.sm_count))
+        wanted = list(configs(args.sm_count)) + list(issue4_configs("sm80", args.sm_count))
     results = warmup.compile_all(wanted, args.arch, args.jobs)
     for name, _, status, seconds in results:
         print(f"{status:10s} {seconds:6.1f} s  {name}")

@@ -10,7 +10,7 @@ export PYTHONPATH=/tmp/site:$PWD CUTLASS_SPARSE_CACHE=/tmp/csd/cs.db PYTHONUNBUF
 mkdir -m 700 -p /tmp/csd; [ -f /tmp/csd/cs.db ] || cp .device/compiled_cache.db /tmp/csd/cs.db
 t0=$(date +%s)
 timeout 300 python3 -m tests.gpu_cases --arch sm_90 --jobs 16 > $OUT/warm80.log 2>&1; echo "warm sm80 rc=$? $(( $(date +%s) - t0 ))s"
-timeout 200 python3 -m tests.gpu_cases --family sm90 --arch sm_90a --jobs 16 > $OUT/warm90.log 2>&1; echo "warm sm90 rc=$? $(( $(date +%s) - t0 ))s"; grep -c compiled $OUT/warm90.log; grep failed $OUT/warm90.log | head -3
+timeout ${WARM90_TIMEOUT:-400} python3 -m tests.gpu_cases --family sm90 --arch sm_90a --jobs 16 > $OUT/warm90.log 2>&1; echo "warm sm90 rc=$? $(( $(date +%s) - t0 ))s"; grep -c compiled $OUT/warm90.log; grep failed $OUT/warm90.log | head -3
 [ -n "$SWEEP" ] && { timeout ${SWEEP_TIMEOUT:-300} python3 $SWEEP > $OUT/sweep.log 2>&1; echo "sweep rc=$? $(( $(date +%s) - t0 ))s"; cat $OUT/sweep.log; }
 [ -n "$SKIP_TESTS" ] || timeout ${TEST_TIMEOUT:-240} python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider tests > $OUT/gpu_tests.log 2>&1; echo "pytest rc=$? $(( $(date +%s) - t0 ))s"
 tail -25 $OUT/gpu_tests.log
