@@ -15,12 +15,16 @@ from cutlass_sparse.matmul import _matrix_layout  # noqa: E402
 
 SHAPES = [(4096, 16, 4096), (4096, 128, 4096), (4096, 512, 4096), (11008, 512, 4096), (11008, 128, 4096),
           (4096, 16, 11008), (4096, 4096, 4096)]
-STREAMK_EXTRA = [((128, 256, 128), (1, 1, 1))]
+# Beyond the catalog: narrow N tiles for decode shapes (both compile with NVRTC) and a wide
+# stream-K tile. (threadblock, cluster, schedule, tile scheduler)
+EXTRA = [((128, 256, 128), (1, 1, 1), "cooperative", "streamk"),
+         ((128, 32, 128), (1, 1, 1), "cooperative", "streamk"),
+         ((64, 32, 128), (1, 1, 1), "pingpong", "persistent")]
 
 
 def candidates():
     fam = catalog.load("sm90")
-    tiles = list(fam.tiles) + [(tb, (4, 1, 1), 0, cl, "cooperative", "streamk") for tb, cl in STREAMK_EXTRA]
+    tiles = list(fam.tiles) + [(tb, (4, 1, 1), 0, cl, sched, ts) for tb, cl, sched, ts in EXTRA]
     return [fam.config(t, "f16", "f16", "row", 8, 8) for t in tiles]
 
 
