@@ -4,13 +4,15 @@ One implementation serves NumPy and CuPy: it is written against the array module
 its input (elementwise integer logic and gathers only, no sorts), so the two agree bit
 for bit.
 
-Layout (family "sm80", CUTLASS 2.x, 16-bit types):
+Layout (family "sm80", CUTLASS 2.x; fp16/bf16, and int8):
 - values: [M_pad, K_pad/2], row-major; per group of four along K, the two kept values
   in ascending index order.
 - metadata: one 4-bit nibble per group, low two bits = index of the first kept value,
-  high two bits = index of the second; four groups per uint16 word, first group in
-  the lowest nibble. The [M_pad, K_pad/16] word matrix is then reordered as CUTLASS's
-  reorder_meta (tools/util/include/cutlass/util/host_reorder.h) and stored in
+  high two bits = index of the second, first group in the lowest nibble; four groups per
+  uint16 word (16-bit types) or eight per uint32 word (int8: CUTLASS's ElementE is 32-bit
+  when the instruction's kMaxID2 is 1). The [M_pad, words] matrix is then reordered as
+  CUTLASS's reorder_meta (tools/util/include/cutlass/util/host_reorder.h: rows
+  interleaved in groups of 32 for 16-bit words, 16 for 32-bit ones) and stored in
   ColumnMajorInterleaved<2>, the layout the kernel's metadata iterator reads.
 - M is padded to a multiple of 32 (the row-reorder group) and K to a multiple of 128
   (the largest threadblock K): padding holds zero values with valid metadata, so a
@@ -26,7 +28,7 @@ from . import dtypes
 from .selection import round_up
 
 ROW_GROUP = 32      # metadata rows are interleaved within groups of 32
-K_MULTIPLE = 128    # stored K is padded to a multiple of the widest threadblock K
+K_MULTIPLE = 128    # stored K: a multiple of every threadblock K (and of two int8 metadata words)
 LAYOUT_SM80 = "sm80"
 LAYOUT_SM90 = "sm90"
 LAYOUTS = (LAYOUT_SM80, LAYOUT_SM90)
@@ -39,21 +41,36 @@ def _check_matrix(dense, what: str):
     if dense.ndim != 2:
         raise ValueError(f"{what} must be 2-D [M, K], got shape {tuple(dense.shape)}")
     name = dtypes.name_of(dense.dtype)
-    if name not in dtypes.INPUT_NAMES:
-        raise TypeError(f"{what} must be float16 or bfloat16 (ml_dtypes.bfloat16), got {dense.dtype}")
+    if name not in dtypes.SM80_INPUT_NAMES:
+        raise TypeError(f"{what} must be float16, bfloat16 (ml_dtypes.bfloat16) or int8, got {dense.dtype}")
     return xp, name
 
 
 def _bits(array):
-    """The 16-bit patterns: all logic runs on these, so bf16 needs no float support from CuPy."""
-    return array.view(dtypes.array_module(array).uint16)
+    """The bit patterns (uint16, or uint8 for int8): all logic runs on these, so bf16
+    needs no float support from CuPy."""
+    xp = dtypes.array_module(array)
+    return array.view(xp.uint8 if array.dtype.itemsize == 1 else xp.uint16)
 
 
 def _magnitude(xp, bits, dtype_name: str):
-    """|x| as float32 from 16-bit patterns (exact for f16 and bf16)."""
+    """|x| as float32 from the bit patterns (exact for f16, bf16 and int8)."""
     if dtype_name == "bf16":
         return ((bits & 0x7FFF).astype(xp.uint32) << 16).view(xp.float32)
+    if dtype_name == "s8":
+        return xp.abs(bits.view(xp.int8).astype(xp.float32))
     return (bits & 0x7FFF).view(xp.float16).astype(xp.float32)
+
+
+def _nonzero(xp, bits, dtype_name: str):
+    """1 where a value is non-zero (-0.0 counts as zero)."""
+    mask = 0xFF if dtype_name == "s8" else 0x7FFF
+    return ((bits & mask) != 0).astype(xp.int32)
+
+
+def metadata_word(dtype_name: str):
+    """(numpy word type, groups of four per word) of the sm80 metadata for an element type."""
+    return (np.uint32, 8) if dtype_name == "s8" else (np.uint16, 4)
 
 
 def prune_2to4(dense):
@@ -65,8 +82,9 @@ def prune_2to4(dense):
     xp, name = _check_matrix(dense, "dense")
     m, k = dense.shape
     k4 = round_up(k, 4)
-    padded = xp.zeros((m, k4), dtype=xp.uint16)
-    padded[:, :k] = _bits(xp.ascontiguousarray(dense))
+    source = _bits(xp.ascontiguousarray(dense))
+    padded = xp.zeros((m, k4), dtype=source.dtype)
+    padded[:, :k] = source
     groups = padded.reshape(m, k4 // 4, 4)
     mag = _magnitude(xp, groups, name)
     a = mag[..., :, None]   # element i
@@ -74,20 +92,21 @@ def prune_2to4(dense):
     index = xp.arange(4)
     beats = (b > a) | ((b == a) & (index[None, :] < index[:, None]))
     rank = beats.sum(axis=-1)
-    kept = xp.where(rank < 2, groups, xp.uint16(0))
+    kept = xp.where(rank < 2, groups, groups.dtype.type(0))
     return kept.reshape(m, k4)[:, :k].copy().view(dense.dtype)
 
 
-def _reorder_offsets(xp, m_pad: int, words_per_row: int):
-    """Flat offset, in the stored metadata, of word (row, col) of the plain [M, K/16] matrix.
+def _reorder_offsets(xp, m_pad: int, words_per_row: int, word_bytes: int = 2):
+    """Flat offset, in the stored metadata, of word (row, col) of the plain [M, words] matrix.
 
-    CUTLASS reorder_meta for 16-bit words: rows are interleaved within groups of 32,
-    then 2x2 blocks are transposed; the result is laid out ColumnMajorInterleaved<2>
-    with leading dimension 2 * M_pad.
+    CUTLASS reorder_meta: rows are interleaved within groups of 32 (16-bit words; 16 for
+    32-bit words), then 2x2 blocks are transposed; the result is laid out
+    ColumnMajorInterleaved<2> with leading dimension 2 * M_pad.
     """
+    group, interweave = (32, 4) if word_bytes == 2 else (16, 2)
     rows = xp.arange(m_pad)[:, None]
     cols = xp.arange(words_per_row)[None, :]
-    dest_row = rows // 32 * 32 + (rows % 8) * 4 + (rows % 32) // 8
+    dest_row = rows // group * group + (rows % 8) * interweave + (rows % group) // 8
     dest_col = cols + xp.zeros_like(rows)
     dest_row = dest_row + xp.zeros_like(cols)
     swap_down = (dest_row % 2 == 0) & (dest_col % 2 == 1)
@@ -104,7 +123,7 @@ class SparseMatrix:
     shape: tuple[int, int]          # logical (M, K)
     dtype: np.dtype
     values: object                  # [M_pad, K_pad/2], numpy or cupy
-    metadata: object                # uint16 [K_pad/32, 2*M_pad] (ColumnMajorInterleaved<2>)
+    metadata: object                # words [K_pad/(2*16 or 2*32), 2*M_pad] (ColumnMajorInterleaved<2>)
     layout: str = LAYOUT_SM80       # which kernel family's metadata layout this is
 
     def _require_sm80(self, what: str) -> None:
@@ -123,8 +142,12 @@ class SparseMatrix:
 
     @property
     def metadata_ld(self) -> int:
-        """Leading dimension of the metadata in 16-bit words (ColumnMajorInterleaved<2>)."""
+        """Leading dimension of the metadata in words (ColumnMajorInterleaved<2>)."""
         return 2 * self.padded_shape[0]
+
+    @property
+    def element(self) -> str:
+        return dtypes.name_of(self.dtype)
 
     def to_device(self) -> "SparseMatrix":
         import cupy
@@ -138,11 +161,12 @@ class SparseMatrix:
         return SparseMatrix(self.shape, self.dtype, self.values.get(), self.metadata.get(), self.layout)
 
     def plain_metadata(self):
-        """The [M_pad, K_pad/16] metadata words before CUTLASS's reorder."""
+        """The [M_pad, words] metadata before CUTLASS's reorder."""
         self._require_sm80("plain_metadata")
         xp = dtypes.array_module(self.metadata)
         m_pad, k_pad = self.padded_shape
-        offsets = _reorder_offsets(xp, m_pad, k_pad // 16)
+        word, groups = metadata_word(self.element)
+        offsets = _reorder_offsets(xp, m_pad, k_pad // (4 * groups), np.dtype(word).itemsize)
         return self.metadata.reshape(-1)[offsets]
 
     def to_layout(self, layout: str) -> "SparseMatrix":
@@ -171,14 +195,15 @@ class SparseMatrix:
             return dtypes.from_float32(matmul(self, eye, out_dtype="f32"), self.dtype)
         xp = dtypes.array_module(self.values)
         m_pad, k_pad = self.padded_shape
-        words = self.plain_metadata().astype(xp.int32)
-        shifts = xp.arange(4, dtype=xp.int32) * 4
-        nibbles = (words[:, :, None] >> shifts) & 0xF                       # [M_pad, K/16, 4]
+        _, groups = metadata_word(self.element)
+        words = self.plain_metadata().astype(xp.int64)
+        shifts = xp.arange(groups, dtype=xp.int64) * 4
+        nibbles = (words[:, :, None] >> shifts) & 0xF                       # [M_pad, words, groups]
         nibbles = nibbles.reshape(m_pad, k_pad // 4)
         first, second = nibbles & 0x3, nibbles >> 2
         kept = _bits(self.values).reshape(m_pad, k_pad // 4, 2)
-        lane = xp.arange(4, dtype=xp.int32)
-        dense = xp.where(lane == first[..., None], kept[..., 0:1], xp.uint16(0))
+        lane = xp.arange(4, dtype=xp.int64)
+        dense = xp.where(lane == first[..., None], kept[..., 0:1], kept.dtype.type(0))
         dense = xp.where(lane == second[..., None], kept[..., 1:2], dense)
         m, k = self.shape
         return dense.reshape(m_pad, k_pad)[:m, :k].copy().view(self.dtype)
@@ -208,11 +233,12 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     if m == 0 or k == 0:
         raise ValueError(f"dense must be non-empty, got shape {(m, k)}")
     m_pad, k_pad = round_up(m, ROW_GROUP), round_up(k, K_MULTIPLE)
-    padded = xp.zeros((m_pad, k_pad), dtype=xp.uint16)
-    padded[:m, :k] = _bits(xp.ascontiguousarray(dense))
+    source = _bits(xp.ascontiguousarray(dense))
+    padded = xp.zeros((m_pad, k_pad), dtype=source.dtype)
+    padded[:m, :k] = source
     groups = padded.reshape(m_pad, k_pad // 4, 4)
 
-    nonzero = ((groups & 0x7FFF) != 0).astype(xp.int32)   # -0.0 counts as zero
+    nonzero = _nonzero(xp, groups, element)
     counts = nonzero.sum(axis=-1)
     if bool((counts > 2).any()):
         row, group = (int(v) for v in xp.argwhere(counts > 2)[0])
@@ -221,6 +247,8 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
             f"{int(counts[row, group])} non-zeros (at most 2 per group of 4 along K); "
             f"use cutlass_sparse.prune_2to4 first")
     if layout == LAYOUT_SM90:
+        if element not in dtypes.INPUT_NAMES:
+            raise TypeError(f"layout 'sm90' takes fp16/bf16; an {element} matrix compresses for layout='sm80'")
         if xp is np:
             raise TypeError("layout 'sm90' compresses on the GPU: pass a cupy array")
         from . import sm90
@@ -241,10 +269,11 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
                        xp.take_along_axis(groups, idx1[..., None], axis=-1)[..., 0]], axis=-1)
     values = values.reshape(m_pad, k_pad // 2).view(dense.dtype)
 
-    nibbles = (idx0 | (idx1 << 2)).reshape(m_pad, k_pad // 16, 4)
-    words = (nibbles[..., 0] | (nibbles[..., 1] << 4) | (nibbles[..., 2] << 8)
-             | (nibbles[..., 3] << 12)).astype(xp.uint16)
-    stored = xp.empty(m_pad * (k_pad // 16), dtype=xp.uint16)
-    stored[_reorder_offsets(xp, m_pad, k_pad // 16).reshape(-1)] = words.reshape(-1)
-    metadata = stored.reshape(k_pad // 32, 2 * m_pad)
+    word, per_word = metadata_word(element)
+    words_per_row = k_pad // (4 * per_word)
+    nibbles = (idx0 | (idx1 << 2)).astype(xp.int64).reshape(m_pad, words_per_row, per_word)
+    words = (nibbles << (4 * xp.arange(per_word, dtype=xp.int64))).sum(axis=-1).astype(word)
+    stored = xp.empty(m_pad * words_per_row, dtype=word)
+    stored[_reorder_offsets(xp, m_pad, words_per_row, np.dtype(word).itemsize).reshape(-1)] = words.reshape(-1)
+    metadata = stored.reshape(words_per_row // 2, 2 * m_pad)
     return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout)

@@ -11,11 +11,16 @@ _BY_NAME = {
     "f16": (np.dtype(np.float16), DataType.f16),
     "bf16": (bfloat16, DataType.bf16),
     "f32": (np.dtype(np.float32), DataType.f32),
+    "s8": (np.dtype(np.int8), DataType.s8),
+    "s32": (np.dtype(np.int32), DataType.s32),
 }
 _NAME_BY_DTYPE = {dtype: name for name, (dtype, _) in _BY_NAME.items()}
 
-# Operand types of the sparse tensor-core kernels, and what each may write out.
+# Operand types of the sparse tensor-core kernels: both families take the 16-bit floats,
+# the sm80 family also int8 (int32 accumulation).
 INPUT_NAMES = ("f16", "bf16")
+SM80_INPUT_NAMES = ("f16", "bf16", "s8")
+INTEGER_NAMES = ("s8", "s32")
 
 
 def array_module(array):
@@ -64,12 +69,12 @@ def cutlass_type(name: str) -> str:
 def parse(name_or_dtype) -> str:
     """Accept 'f16', 'fp16', 'float16', np.float16, ml_dtypes.bfloat16... -> canonical name."""
     aliases = {"fp16": "f16", "half": "f16", "float16": "f16", "bfloat16": "bf16",
-               "fp32": "f32", "float32": "f32", "float": "f32"}
+               "fp32": "f32", "float32": "f32", "float": "f32", "int8": "s8", "int32": "s32"}
     if isinstance(name_or_dtype, str):
         key = aliases.get(name_or_dtype, name_or_dtype)
         if key in _BY_NAME:
             return key
     found = name_of(name_or_dtype)
     if found is None:
-        raise ValueError(f"unsupported dtype {name_or_dtype!r}: expected one of f16, bf16, f32")
+        raise ValueError(f"unsupported dtype {name_or_dtype!r}: expected one of f16, bf16, f32, s8, s32")
     return found

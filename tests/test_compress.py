@@ -107,7 +107,7 @@ def test_prune_keeps_two_largest_magnitudes(dtype):
 
 
 def test_bad_inputs_to_compress():
-    with pytest.raises(TypeError, match="float16 or bfloat16"):
+    with pytest.raises(TypeError, match="float16, bfloat16"):
         cs.compress(np.zeros((4, 8), dtype=np.float32))
     with pytest.raises(ValueError, match="2-D"):
         cs.compress(np.zeros(8, dtype=np.float16))
@@ -134,3 +134,76 @@ def test_from_float32_rounds_like_ml_dtypes():
     got = dtypes.from_float32(x, dtypes.bfloat16)
     np.testing.assert_array_equal(got.view(np.uint16), x.astype(ml_dtypes.bfloat16).view(np.uint16))
     np.testing.assert_array_equal(dtypes.from_float32(x, np.float16), x.astype(np.float16))
+
+
+def reference_reorder_any(words: np.ndarray, m_pad: int) -> np.ndarray:
+    """reorder_meta for any word size (group 32 / interweave 4 for 16-bit words, 16 / 2
+    otherwise), into ColumnMajorInterleaved<2> with ldm = 2 * rows."""
+    rows, cols = words.shape
+    group, interweave = (32, 4) if words.dtype.itemsize == 2 else (16, 2)
+    out = np.zeros(rows * cols, dtype=words.dtype)
+    for m in range(rows):
+        for k in range(cols):
+            dest_row = m // group * group + (m % 8) * interweave + (m % group) // 8
+            dest_col = k
+            if dest_row % 2 == 0 and dest_col % 2 == 1:
+                dest_row, dest_col = dest_row + 1, dest_col - 1
+            elif dest_row % 2 == 1 and dest_col % 2 == 0:
+                dest_row, dest_col = dest_row - 1, dest_col + 1
+            out[(dest_col // 2) * (2 * m_pad) + dest_row * 2 + dest_col % 2] = words[m, k]
+    return out
+
+
+def cutlass_uncompress(values: np.ndarray, words: np.ndarray, bits: int) -> np.ndarray:
+    """A literal port of CUTLASS tools/util/include/cutlass/util/host_uncompress.h
+    `uncompress` for 8- and 16-bit elements (2:4: step 4, a 2, b 4)."""
+    rows = values.shape[0]
+    per_word = 256 // bits
+    cols = words.shape[1] * per_word
+    out = np.zeros((rows, cols), dtype=values.dtype)
+    step, a, b = 4, 2, 4
+    for r in range(rows):
+        for c in range(cols // per_word):
+            meta = int(words[r, c])
+            for i in range(0, per_word, step):
+                e = (meta >> (i // step * 4)) & 0xF
+                idx0, idx1 = e & 0x3, e >> 2
+                for ii in range(step):
+                    real_col = c * per_word + i + ii
+                    compressed_col = (real_col // b) * a
+                    if ii == idx0:
+                        out[r, real_col] = values[r, compressed_col]
+                    elif ii == idx1:
+                        out[r, real_col] = values[r, compressed_col + 1]
+    return out
+
+
+@pytest.mark.parametrize("dtype,shape", [(np.int8, (32, 128)), (np.int8, (50, 200)), (np.float16, (40, 96))])
+def test_layout_against_cutlass_uncompress_and_reorder(dtype, shape):
+    rng = np.random.default_rng(7)
+    if dtype == np.int8:
+        dense = random_2to4(rng, *shape, np.float32, exact_two=False)
+        dense = (np.sign(dense) * rng.integers(1, 128, size=dense.shape) * (dense != 0)).astype(np.int8)
+    else:
+        dense = random_2to4(rng, *shape, dtype, exact_two=False)
+    sw = cs.compress(dense, layout="sm80")
+    m_pad, k_pad = sw.padded_shape
+    plain = sw.plain_metadata().reshape(m_pad, -1)
+    assert plain.dtype == (np.uint32 if dtype == np.int8 else np.uint16)
+    np.testing.assert_array_equal(sw.metadata.reshape(-1), reference_reorder_any(plain, m_pad))
+    bits = np.dtype(dtype).itemsize * 8
+    back = cutlass_uncompress(sw.values, plain, bits)
+    expected = np.zeros((m_pad, k_pad), dtype=dtype)
+    expected[:shape[0], :shape[1]] = dense
+    np.testing.assert_array_equal(back, expected)
+    np.testing.assert_array_equal(sw.to_dense(), dense)
+
+
+def test_int8_prune_and_not_2to4_error():
+    dense = np.array([[-128, 5, -7, 3, 0, 0, 0, 1]], dtype=np.int8)
+    pruned = cs.prune_2to4(dense)
+    np.testing.assert_array_equal(pruned, [[-128, 0, -7, 0, 0, 0, 0, 1]])
+    with pytest.raises(ValueError, match="row 0, columns 0..3 hold 4 non-zeros"):
+        cs.compress(dense, layout="sm80")
+    with pytest.raises(TypeError, match="layout 'sm90' takes fp16/bf16"):
+        cs.compress(pruned, layout="sm90")
