@@ -6,8 +6,16 @@ import itertools
 import tomllib
 from dataclasses import dataclass
 
-from . import env
+from . import dtypes, env
 from .description import SparseGemmConfig
+
+# Catalog files per family; a family's int8 kernels have their own tiles (tile K 128).
+CATALOGS = {"sm80": ("sm80", "sm80_s8"), "sm90": ("sm90",)}
+
+
+def for_element(family: str, element: str) -> str:
+    """The catalog file that holds a family's kernels for an input element type."""
+    return "sm80_s8" if (family == "sm80" and element == "s8") else family
 
 
 @dataclass(frozen=True)
@@ -33,11 +41,13 @@ class Family:
         return SparseGemmConfig(
             family=self.name, element=element, element_out=element_out, layout_b=layout_b,
             threadblock=threadblock, warps=warps, stages=stages, instruction=self.instruction,
-            alignment_a=8, alignment_b=alignment_b, alignment_c=alignment_c,
+            alignment_a=128 // (8 * dtypes.numpy_dtype(element).itemsize), alignment_b=alignment_b,
+            alignment_c=alignment_c,
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
             cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler)
 
     def out_types(self, element: str) -> tuple[str, ...]:
+        """'same' in the catalog is the input type."""
         return tuple(element if o == "same" else o for o in self.outputs)
 
     def enumerate(self, widest_only: bool = True) -> list[SparseGemmConfig]:
@@ -71,7 +81,8 @@ def load(family: str) -> Family:
 
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
     """The configuration with this procedural name, among every one the catalogs can build."""
-    for fam in (family,) if family else ("sm80", "sm90"):
+    names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
+    for fam in names:
         for config in load(fam).enumerate(widest_only=False):
             if config.name == name:
                 return config

@@ -211,8 +211,10 @@ class SparseMatrix:
 
 def default_layout(dense) -> str:
     """The metadata layout of the kernel family that will run on dense's device: sm90 for a
-    cupy matrix on an sm_90 GPU whose K that family takes (a multiple of 16), else sm80."""
-    if dtypes.array_module(dense) is np or dense.ndim != 2 or dense.shape[1] % 16:
+    cupy fp16/bf16 matrix on an sm_90 GPU whose K that family takes (a multiple of 16),
+    else sm80 (which also takes int8)."""
+    if dtypes.array_module(dense) is np or dense.ndim != 2 or dense.shape[1] % 16 or \
+            dtypes.name_of(dense.dtype) not in dtypes.INPUT_NAMES:
         return LAYOUT_SM80
     return LAYOUT_SM90 if dense.device.compute_capability == "90" else LAYOUT_SM80
 

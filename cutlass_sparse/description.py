@@ -79,8 +79,13 @@ class SparseGemmConfig:
 
     def __post_init__(self):
         checks = [
-            (self.element in dtypes.INPUT_NAMES, f"element {self.element!r} must be one of {dtypes.INPUT_NAMES}"),
-            (self.element_out in (self.element, "f32"), f"element_out {self.element_out!r} must be {self.element!r} or 'f32'"),
+            (self.element in (dtypes.INPUT_NAMES if self.family == "sm90" else dtypes.SM80_INPUT_NAMES),
+             f"element {self.element!r}: family {self.family} takes "
+             f"{dtypes.INPUT_NAMES if self.family == 'sm90' else dtypes.SM80_INPUT_NAMES}"),
+            (self.element_out in self.outputs_allowed,
+             f"element_out {self.element_out!r} must be one of {self.outputs_allowed}"),
+            (self.activation == "identity" or self.element_out not in dtypes.INTEGER_NAMES,
+             f"activation {self.activation!r} needs a floating-point output, not {self.element_out}"),
             (self.layout_b in LAYOUTS, f"layout_b {self.layout_b!r} must be 'row' or 'col'"),
             (self.swizzle in SWIZZLES, f"swizzle {self.swizzle} must be one of {sorted(SWIZZLES)}"),
             (self.epilogue in EPILOGUES, f"epilogue {self.epilogue!r} must be one of {sorted(EPILOGUES)}"),
@@ -100,6 +105,10 @@ class SparseGemmConfig:
     # -- cutlass_library descriptions -------------------------------------------------
 
     @property
+    def outputs_allowed(self) -> tuple[str, ...]:
+        return ("s32", "s8") if self.element == "s8" else (self.element, "f32")
+
+    @property
     def is_3x(self) -> bool:
         return self.family == "sm90"
 
@@ -108,7 +117,8 @@ class SparseGemmConfig:
         opcode = OpcodeClass.SparseTensorOp if self.is_3x else OpcodeClass.TensorOp
         return MathInstruction(list(self.instruction), dtypes.data_type(self.element),
                                dtypes.data_type(self.element), dtypes.data_type(self.accumulator),
-                               opcode, MathOperation.multiply_add)
+                               opcode, MathOperation.multiply_add_saturate if self.element == "s8"
+                               else MathOperation.multiply_add)
 
     @functools.cached_property
     def tile_description(self) -> TileDescription:

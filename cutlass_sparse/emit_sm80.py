@@ -9,7 +9,10 @@ from cutlass_library.library import (
     SwizzlingFunctorTag,
 )
 
+import numpy as np
+
 from . import arguments, epilogue
+from .compress import metadata_word
 from .description import SparseGemmConfig
 from .emitted import Emitted
 from .template import substitute
@@ -22,6 +25,7 @@ TEMPLATE = """\
 #include <cutlass/gemm/kernel/default_gemm_sparse_universal.h>
 #include <cutlass/epilogue/thread/linear_combination.h>
 #include <cutlass/epilogue/thread/linear_combination_generic.h>
+#include <cutlass/epilogue/thread/linear_combination_clamp.h>
 #include <cutlass/epilogue/thread/activation.h>
 #include <cuda/std/type_traits>
 
@@ -42,8 +46,8 @@ using Kernel = typename cutlass::gemm::kernel::DefaultGemmSparseUniversal<
     ${math_operation}>::GemmKernel;
 
 // Metadata as the kernel reads it: the host side must compress to exactly this.
-static_assert(sizeof(typename Kernel::ElementE) == 2, "metadata word must be 16-bit");
-static_assert(Kernel::kElementsPerElementE == 8, "one metadata word covers 8 stored values");
+static_assert(sizeof(typename Kernel::ElementE) == ${metadata_bytes}, "metadata word size (compress.metadata_word)");
+static_assert(Kernel::kElementsPerElementE == ${stored_per_word}, "stored values per metadata word");
 static_assert(cuda::std::is_same<typename Kernel::LayoutE, cutlass::layout::ColumnMajorInterleaved<2>>::value,
               "metadata must be ColumnMajorInterleaved<2>");
 static_assert(Kernel::kThreadCount == ${threads}, "thread count differs from the description");
@@ -100,13 +104,16 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "warp_m": warp_shape[0], "warp_n": warp_shape[1], "warp_k": warp_shape[2],
         "inst_m": mi.instruction_shape[0], "inst_n": mi.instruction_shape[1], "inst_k": mi.instruction_shape[2],
         "output_op": epilogue.output_op_2x(config.activation, DataTypeTag[config.tensor_c.element],
-                                           config.alignment_c),
+                                           config.alignment_c, DataTypeTag[mi.element_accumulator]),
         "output_params": epilogue.output_params_2x("OutputOp", "args.alpha", "args.beta", "args.activation_arg",
                                                    config.activation),
         "swizzle": SwizzlingFunctorTag[config.swizzling_functor],
         "stages": config.stages,
         "math_operation": MathOperationTag[mi.math_operation],
         "threads": config.threads,
+        # what compress writes: 4 logical values (2 stored) per nibble
+        "metadata_bytes": np.dtype(metadata_word(config.element)[0]).itemsize,
+        "stored_per_word": 2 * metadata_word(config.element)[1],
         "arguments_struct": arguments.SM80_GEMM.cpp(),
         "arguments_name": arguments.SM80_GEMM.name,
     })

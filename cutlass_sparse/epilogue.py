@@ -14,11 +14,15 @@ def activation_functor(activation: str) -> str:
     return f"{THREAD}::{ACTIVATIONS[activation]}"
 
 
-def output_op_2x(activation: str, element_out: str, count: int) -> str:
-    """CUTLASS 2.x thread-level output operator (fp32 accumulate and compute)."""
+def output_op_2x(activation: str, element_out: str, count: int, accumulator: str = "float") -> str:
+    """CUTLASS 2.x thread-level output operator (alpha and beta in float). An int8 output
+    is rounded and clamped to its range (LinearCombinationClamp)."""
+    if element_out == "int8_t":
+        return f"{THREAD}::LinearCombinationClamp<{element_out}, {count}, {accumulator}, float>"
     if activation == "identity":
-        return f"{THREAD}::LinearCombination<{element_out}, {count}, float, float>"
-    return f"{THREAD}::LinearCombinationGeneric<{activation_functor(activation)}, {element_out}, {count}, float, float>"
+        return f"{THREAD}::LinearCombination<{element_out}, {count}, {accumulator}, float>"
+    return (f"{THREAD}::LinearCombinationGeneric<{activation_functor(activation)}, {element_out}, {count}, "
+            f"{accumulator}, float>")
 
 
 def output_params_2x(op: str, alpha: str, beta: str, activation_arg: str, activation: str) -> str:

@@ -149,9 +149,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     device_id = x.device.id
     _check_same_device(sw.values, "sw", device_id)
     element = dtypes.name_of(sw.dtype)
-    element_out = element if out_dtype is None else dtypes.parse(out_dtype)
-    if element_out not in (element, "f32"):
-        raise ValueError(f"out_dtype {out_dtype!r} must be {element!r} (the input type) or 'f32'")
+    element_out = _output_type(element, out_dtype)
     np_out = dtypes.numpy_dtype(element_out)
     if out is not None:
         out = _check_output_like(out, "out", m, n, np_out, device_id)
@@ -162,6 +160,8 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     check_activation(activation, leaky_slope)
     layout_b, ldb = _matrix_layout(x, "x")
     split_k, split_k_mode = _check_split_k(split_k, split_k_mode, family)
+    if element == "s8":
+        _check_int8(layout_b, n, element_out, activation, split_k, split_k_mode)
     if workspace is not None:
         workspace = as_device_array(workspace, "workspace")
         _check_same_device(workspace, "workspace", device_id)
@@ -207,7 +207,7 @@ def _matmul_batched(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope
     device_id = x.device.id
     _check_same_device(sw.values, "sw", device_id)
     element = dtypes.name_of(sw.dtype)
-    element_out = element if out_dtype is None else dtypes.parse(out_dtype)
+    element_out = _output_type(element, out_dtype)
     np_out = dtypes.numpy_dtype(element_out)
     check_activation(activation, leaky_slope)
     item = x.dtype.itemsize
@@ -217,7 +217,8 @@ def _matmul_batched(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope
     m_pad, k_stored = sw.padded_shape
     arch, sm_count = _device_facts(device_id)
     with cupy.cuda.Device(device_id):
-        tile = config.threadblock if config else selection.choose_tile(sm80.FAMILY, m_pad, n, k, sm_count)[0]
+        cat = catalog.for_element(sm80.FAMILY, element)
+        tile = config.threadblock if config else selection.choose_tile(cat, m_pad, n, k, sm_count)[0]
         k_eff = cdiv(k, tile[2]) * tile[2]
         if k_eff != k:   # whole K tiles (see _matmul_sm80): zero rows appended to every x[i]
             x_full = cupy.zeros((batch, k_eff, n), dtype=x.dtype)
@@ -246,13 +247,13 @@ def _matmul_batched(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope
             stride_c = 0 if shared_c else m_pad * n
         else:
             c_full, stride_c = d, m_pad * n
-        fam = catalog.load(sm80.FAMILY)
+        fam = catalog.load(cat)
         alignment_b = sm80.widest_alignment(fam.alignments_b, x.data.ptr, item, ldb, x.strides[0] // item,
                                             n if layout_b == "row" else k_eff)
         if alignment_b is None:
             raise ValueError(f"x (shape {x.shape}, strides {x.strides}) is not aligned for the sparse kernels: "
                              f"each x[i] needs an even N and leading dimension and a 4-byte aligned start")
-        alignment_c = sm80.widest_alignment(selection.output_alignments(sm80.FAMILY, element_out), 0, 1, n)
+        alignment_c = sm80.widest_alignment(selection.output_alignments(cat, element_out), 0, 1, n)
         launch = sm80.resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
                               arch, sm_count, config, sm80.Split(), activation)
         block = launch.block.copy()
@@ -275,6 +276,27 @@ def _matmul_batched(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope
             raise ValueError(f"out must be [{batch}, {m}, {n}] of dtype {np_out}, got {out.shape} {out.dtype}")
         out[...] = y
         return out
+
+
+def _output_type(element: str, out_dtype) -> str:
+    """D's element: the input type by default (int32 for int8), or one the kernels offer."""
+    allowed = ("s32", "s8") if element == "s8" else (element, "f32")
+    element_out = allowed[0] if out_dtype is None else dtypes.parse(out_dtype)
+    if element_out not in allowed:
+        raise ValueError(f"out_dtype {out_dtype!r}: {element} inputs give one of {allowed}")
+    return element_out
+
+
+def _check_int8(layout_b: str, n: int, element_out: str, activation: str, split_k, split_k_mode) -> None:
+    if layout_b != "col":
+        raise ValueError("x is row-major; int8 tensor cores read B K-major: pass a column-major x "
+                         "(cupy.asfortranarray(x), or the transpose of a row-major [N, K] array)")
+    if activation != "identity":
+        raise ValueError(f"activation {activation!r} needs a floating-point output; int8 GEMMs give int32 "
+                         f"or int8 (scaled by alpha and clamped)")
+    if (split_k or 1) > 1 and (split_k_mode == "parallel" or element_out == "s8"):
+        raise ValueError("int8 split-K: serial with an int32 output only (an int8 D would clamp the partial "
+                         "sums; the parallel reduction sums float32 partials)")
 
 
 def check_activation(activation, leaky_slope) -> None:
@@ -318,7 +340,8 @@ def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
     m, k = sw.shape
     n = x.shape[1]
     m_pad, k_stored = sw.padded_shape
-    fam = catalog.load(sm80.FAMILY)
+    cat = catalog.for_element(sm80.FAMILY, element)
+    fam = catalog.load(cat)
     arch, sm_count = _device_facts(device_id)
     # The kernel runs on M_pad rows (the metadata reorder works in groups of 32), so a
     # ragged M computes into a padded buffer; y is a contiguous view of its top rows. A
@@ -337,7 +360,7 @@ def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
 
     # -- kernel choice --------------------------------------------------------
     if config is None and tile is None:
-        tile = selection.choose_tile(sm80.FAMILY, m_pad, n, k, sm_count)
+        tile = selection.choose_tile(cat, m_pad, n, k, sm_count)
     tile_k = config.threadblock[2] if config else tile[0][2]
     k_eff = cdiv(k, tile_k) * tile_k
     if k_eff != k:
@@ -353,12 +376,17 @@ def _matmul_sm80(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out
             f"x (row-major, shape {tuple(x.shape)}, leading dimension {ldb}, address {x.data.ptr:#x}) "
             f"is not aligned for the sparse kernels: a row-major x needs an even N, an even leading "
             f"dimension and a 4-byte aligned address; pass a column-major x (cupy.asfortranarray) or pad N")
-    aligns_c = selection.output_alignments(sm80.FAMILY, element_out)
+    aligns_c = selection.output_alignments(cat, element_out)
     if split.parallel:   # the GEMM writes fp32 partials; the configuration keeps D's own width
         alignment_c = sm80.widest_alignment(aligns_c, 0, 1, n)
     else:
-        alignment_c = min(sm80.widest_alignment(aligns_c, d.data.ptr, np_out.itemsize, ldd, n),
-                          sm80.widest_alignment(aligns_c, c_full.data.ptr, np_out.itemsize, ldc, n))
+        widths = (sm80.widest_alignment(aligns_c, d.data.ptr, np_out.itemsize, ldd, n),
+                  sm80.widest_alignment(aligns_c, c_full.data.ptr, np_out.itemsize, ldc, n))
+        if None in widths:
+            raise ValueError(f"out/c (N = {n}, leading dimensions {ldd}/{ldc}) cannot be written {min(aligns_c)} "
+                             f"{element_out} at a time, which this output type needs: make N a multiple of "
+                             f"{min(aligns_c)} or use out_dtype='s32'")
+        alignment_c = min(widths)
     if k_stored < k_eff:
         raise ValueError(f"sw stores K = {k_stored}, less than the {k_eff} this kernel runs over")
     launch = sm80.resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
@@ -486,12 +514,13 @@ def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseG
         split = sm80.Split(split_k or 1, split_k_mode or "serial")
         m_pad = sw.padded_shape[0]
         tile = config.threadblock if config else \
-            selection.choose_tile(sm80.FAMILY, m_pad, n, k, _device_facts(x.device.id)[1])[0]
+            selection.choose_tile(catalog.for_element(sm80.FAMILY, dtypes.name_of(sw.dtype)), m_pad, n, k,
+                                  _device_facts(x.device.id)[1])[0]
         return sum(sm80.workspace_parts(m_pad, n, tile, split))
     from . import sm90
 
     element = dtypes.name_of(sw.dtype)
-    element_out = element if out_dtype is None else dtypes.parse(out_dtype)
+    element_out = _output_type(element, out_dtype)
     layout_b, _ = _matrix_layout(x, "x")
     config, scheduling = _resolve_sm90(m, n, k, x.device.id, element, element_out, layout_b, config, split_k)
     return sm90.workspace_size(config, x.device.id, m, n, k, scheduling)

@@ -96,13 +96,14 @@ def _device_identity(device_id: int) -> tuple[str, str]:
     return props["name"].decode(), cupy.cuda.Device(device_id).compute_capability
 
 
-def candidates(family: str, k: int) -> list[Choice]:
-    """Every tile of the family's catalog with each K split it can take."""
+def candidates(family: str, k: int, element: str = "f16") -> list[Choice]:
+    """Every tile of the family's catalog (for this input type) with each K split it can take."""
     out = []
-    for tile in catalog.load(family).tiles:
+    for tile in catalog.load(catalog.for_element(family, element)).tiles:
         k_tiles = selection.cdiv(k, tile[0][2])
         if family == "sm80":
-            splits = [(s, mode) for s, mode in SPLITS_SM80 if s <= k_tiles]
+            splits = [(s, mode) for s, mode in SPLITS_SM80
+                      if s <= k_tiles and not (element == "s8" and mode == "parallel")]
         elif tile[5] == "streamk":
             splits = [(s, "serial") for s in SPLITS_SM90 if s <= k_tiles]
         else:
@@ -144,12 +145,12 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
     With a record already there and force=False, returns it without profiling (the table
     then holds the recorded rows). progress(done, total, text) is called as work finishes.
     """
-    from .matmul import _device_facts, _matrix_layout, as_device_array, matmul
+    from .matmul import _device_facts, _matrix_layout, _output_type, as_device_array, matmul
 
     x = as_device_array(x, "x")
     family = family or sw.layout
     element = dtypes.name_of(sw.dtype)
-    element_out = element if out_dtype is None else dtypes.parse(out_dtype)
+    element_out = _output_type(element, out_dtype)
     layout_b, _ = _matrix_layout(x, "x")
     m, k = sw.shape
     n = x.shape[1]
@@ -161,7 +162,7 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
             return Choice.from_json(record[0]), [_row_from_json(r) for r in record[1]]
 
     arch, sm_count = _device_facts(device_id)
-    choices = candidates(family, k)
+    choices = candidates(family, k, element)
     _compile(choices, m, n, k, element, element_out, layout_b, activation, arch, sm_count, jobs, progress)
 
     import cupy
@@ -171,7 +172,7 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
     with cupy.cuda.Device(device_id):
         dense = reference.to_float32(sw.to_dense()) @ reference.to_float32(x)
         expected = reference.activation(activation, dense)
-        tolerance = {"f16": 2e-2, "bf16": 5e-2}[element]
+        tolerance = {"f16": 2e-2, "bf16": 5e-2, "s8": 1e-5}[element]   # s8: float32 reference rounding only
         y = cupy.empty((m, n), dtype=dtypes.numpy_dtype(element_out))
         rows = []
         for i, choice in enumerate(choices):

@@ -71,7 +71,8 @@ def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = Non
 def output_alignments(family: str, element_out: str) -> tuple[int, ...]:
     """C/D vector widths the catalog offers, capped at 16-byte accesses."""
     item = dtypes.numpy_dtype(element_out).itemsize
-    return tuple(a for a in catalog.load(family).alignments_c if a * item <= 16)
+    least = 8 if element_out == "s8" else 1    # CUTLASS writes int8 D 8 or 16 at a time
+    return tuple(a for a in catalog.load(family).alignments_c if a * item <= 16 and a >= least)
 
 
 def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, layout_b: str,
@@ -80,12 +81,14 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
 
     Needs no GPU: the CLI's compile-only mode and cache warm-up use it.
     """
+    if family == "sm80":
+        family = catalog.for_element("sm80", element)
     fam = catalog.load(family)
     if family == "sm90":   # TMA: fixed 16-byte vectors (matmul refuses operands that break them)
         tile, _ = choose_sm90(m, n, k, sm_count)
         return fam.config(tile, element, element_out, layout_b, 8, 16 // dtypes.numpy_dtype(element_out).itemsize)
-    if n == 1:
-        layout_b = "col"   # matmul reads a single column as column-major
+    if n == 1 or element == "s8":
+        layout_b = "col"   # a single column reads as column-major; int8 B must be K-major
     m_pad = cdiv(m, 32) * 32
     tile = choose_tile(family, m_pad, n, k, sm_count)
     k_eff = cdiv(k, tile[0][2]) * tile[0][2]

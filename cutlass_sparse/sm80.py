@@ -109,9 +109,10 @@ def resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, 
             config, split: Split, activation: str, tile: tuple | None = None) -> Launch:
     """Choose (config, else tile, else the heuristic's tile), compile or load, and size
     the GEMM launch, once per problem signature."""
-    fam = catalog.load(FAMILY)
+    cat = catalog.for_element(FAMILY, element)
+    fam = catalog.load(cat)
     if config is None:
-        tile = tile or selection.choose_tile(FAMILY, m_pad, n, k, sm_count)
+        tile = tile or selection.choose_tile(cat, m_pad, n, k, sm_count)
         config = fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
     else:
         check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c)
@@ -153,7 +154,7 @@ def check_config_fits(config, element, element_out, layout_b, alignment_b, align
 
 def reduction_alignment(element_out: str, n: int, *operands: tuple[int, int, int]) -> int:
     """Widest vector the reduction may use: N, the partials' ld and each (ptr, ld, itemsize)."""
-    for a in selection.output_alignments(FAMILY, element_out):
+    for a in selection.output_alignments(FAMILY, element_out):   # float outputs only (sm80.toml)
         if n % a == 0 and partial_ld(n) % a == 0 and all(
                 ptr % (a * item) == 0 and ld % a == 0 for ptr, ld, item in operands):
             return a

@@ -42,7 +42,7 @@ def catalog_items(archs, widest_only: bool = True) -> list[tuple[object, str]]:
             items += [(CompressorConfig(e), arch) for e in dtypes.INPUT_NAMES]
             items += [(c, arch) for c in catalog.load("sm90").enumerate(widest_only)]
         else:
-            items += [(c, arch) for c in catalog.load("sm80").enumerate(widest_only)]
+            items += [(c, arch) for name in catalog.CATALOGS["sm80"] for c in catalog.load(name).enumerate(widest_only)]
     return items
 
 

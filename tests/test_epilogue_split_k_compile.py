@@ -77,3 +77,25 @@ def test_parallel_split_k_gemm_writes_fp32_partials_without_activation():
     serial = sm80.gemm_variant(SMALL, sm80.Split(4, "serial"), "gelu")
     assert serial == dataclasses.replace(SMALL, activation="gelu")
     assert sm80.gemm_variant(SMALL, sm80.Split(1, "parallel"), "relu") == dataclasses.replace(SMALL, activation="relu")
+
+
+@pytest.mark.parametrize("element_out,alignment_c", [("s32", 4), ("s32", 1), ("s8", 8)])
+def test_int8_kernels_compile_with_32_bit_metadata(element_out, alignment_c, shared_cache_path):
+    fam = catalog.load(catalog.for_element("sm80", "s8"))
+    config = fam.config(fam.tiles[-1], "s8", element_out, "col", 16, alignment_c)
+    assert config.alignment_a == 16 and config.math_instruction.math_operation.name == "multiply_add_saturate"
+    source = kernels.emit(config).source
+    assert "sizeof(typename Kernel::ElementE) == 4" in source and "kElementsPerElementE == 16" in source
+    assert ("LinearCombinationClamp" in source) == (element_out == "s8")
+    compiled = kernels.get(config, "sm_80", KernelCache(shared_cache_path))
+    assert compiled.shared_bytes > 0
+
+
+def test_int8_configuration_rules():
+    fam = catalog.load("sm80_s8")
+    with pytest.raises(ValueError, match="element_out 'f16' must be one of"):
+        fam.config(fam.tiles[0], "s8", "f16", "col", 16, 8)
+    config = fam.config(fam.tiles[0], "s8", "s32", "col", 16, 4)
+    with pytest.raises(ValueError, match="needs a floating-point output"):
+        dataclasses.replace(config, activation="relu")
+    assert catalog.find(config.name, "sm80") == config

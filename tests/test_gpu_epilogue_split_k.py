@@ -154,3 +154,61 @@ def test_batched_shared_weight(shape, layout):
         cs.matmul(sw, xs, split_k=2)
     with pytest.raises(ValueError, match="rows per batch"):
         cs.matmul(sw, xs[:, :-16])
+
+
+def int8_operands(m, n, k, seed):
+    import cupy
+
+    rng = cupy.random.default_rng(seed)
+    w = cs.prune_2to4(rng.integers(-128, 128, size=(m, k), dtype=cupy.int8))
+    x = cupy.asfortranarray(rng.integers(-128, 128, size=(k, n), dtype=cupy.int8))
+    return w, cs.compress(w, layout="sm80"), x
+
+
+def exact_int_reference(w, x):
+    import cupy
+
+    return cupy.asarray(w.get().astype(np.int64) @ x.get().astype(np.int64))
+
+
+@pytest.mark.parametrize("shape", [(256, 64, 512), (200, 40, 1000), (33, 8, 128), (1024, 128, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_int8_int32_output_is_exact(shape):
+    import cupy
+
+    m, n, k = shape
+    w, sw, x = int8_operands(m, n, k, seed=71)
+    assert sw.metadata.dtype == cupy.uint32
+    y = cs.matmul(sw, x)
+    assert y.dtype == cupy.int32
+    cupy.testing.assert_array_equal(y, exact_int_reference(w, x))
+    y2 = cs.matmul(sw, x, split_k=3)                      # serial split-K keeps int32 partials: exact
+    cupy.testing.assert_array_equal(y2, exact_int_reference(w, x))
+
+
+def test_int8_output_scaled_and_clamped():
+    import cupy
+
+    m, n, k = 128, 64, 256
+    w, sw, x = int8_operands(m, n, k, seed=72)
+    scale = 1.0 / 512
+    y = cs.matmul(sw, x, alpha=scale, out_dtype="s8")
+    want = cupy.clip(cupy.rint(exact_int_reference(w, x).astype(cupy.float64) * scale), -128, 127)
+    # float32 epilogue arithmetic: at most one unit of rounding away from the float64 answer
+    assert int(cupy.abs(y.astype(cupy.int32) - want.astype(cupy.int32)).max()) <= 1
+    assert y.dtype == cupy.int8
+
+
+def test_int8_argument_rules():
+    import cupy
+
+    w, sw, x = int8_operands(128, 64, 256, seed=73)
+    with pytest.raises(ValueError, match="x is row-major; int8 tensor cores read B K-major"):
+        cs.matmul(sw, cupy.ascontiguousarray(x))
+    with pytest.raises(ValueError, match="needs a floating-point output"):
+        cs.matmul(sw, x, activation="relu")
+    with pytest.raises(ValueError, match="int8 split-K: serial with an int32 output only"):
+        cs.matmul(sw, x, split_k=2, split_k_mode="parallel")
+    with pytest.raises(ValueError, match="out_dtype 'f16': s8 inputs give one of"):
+        cs.matmul(sw, x, out_dtype="f16")
+    assert cs.compress(w).layout == "sm80"    # int8 always compresses for the sm80 family
