@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from . import dtypes, env
 from .description import SparseGemmConfig
 
-# Catalog files per family; a family's int8 kernels have their own tiles (tile K 128).
-CATALOGS = {"sm80": ("sm80", "sm80_s8"), "sm90": ("sm90",)}
+# Catalog files per family; a family's int8 and tf32 kernels have their own tiles.
+CATALOGS = {"sm80": ("sm80", "sm80_s8", "sm80_tf32"), "sm90": ("sm90",)}
 
 
 def for_element(family: str, element: str) -> str:
     """The catalog file that holds a family's kernels for an input element type."""
-    return "sm80_s8" if (family == "sm80" and element == "s8") else family
+    if family == "sm80" and element in ("s8", "tf32"):
+        return f"sm80_{element}"
+    return family
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class Family:
         return SparseGemmConfig(
             family=self.name, element=element, element_out=element_out, layout_b=layout_b,
             threadblock=threadblock, warps=warps, stages=stages, instruction=self.instruction,
-            alignment_a=128 // (8 * dtypes.numpy_dtype(element).itemsize), alignment_b=alignment_b,
+            alignment_a=16 // dtypes.numpy_dtype(element).itemsize, alignment_b=alignment_b,
             alignment_c=alignment_c,
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
             cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler)

@@ -34,66 +34,97 @@ LAYOUT_SM90 = "sm90"
 LAYOUTS = (LAYOUT_SM80, LAYOUT_SM90)
 
 
+@dataclass(frozen=True)
+class Pattern:
+    """How an element type is pruned and described to the sm80 sparse tensor cores."""
+
+    group: int          # logical values per group along K: 4 (2:4) or 2 (1:2, 32-bit types)
+    keep: int           # values kept per group
+    word: type          # metadata word (CUTLASS's ElementE): uint16, or uint32 for 8-bit types
+
+    @property
+    def nibbles_per_word(self) -> int:
+        return 2 * np.dtype(self.word).itemsize
+
+    @property
+    def logical_per_word(self) -> int:
+        return self.nibbles_per_word * self.group
+
+    @property
+    def stored_per_word(self) -> int:
+        return self.nibbles_per_word * self.keep
+
+    @property
+    def name(self) -> str:
+        return f"{self.keep}:{self.group}"
+
+
+# tf32: fp32 arrays; the tensor cores keep one of each pair (1:2) and read its nibble as
+# the pair of 16-bit halves it occupies (0x4 for the first, 0xE for the second).
+PATTERNS = {"f16": Pattern(4, 2, np.uint16), "bf16": Pattern(4, 2, np.uint16),
+            "s8": Pattern(4, 2, np.uint32), "tf32": Pattern(2, 1, np.uint16)}
+_SIGNLESS = {1: 0xFF, 2: 0x7FFF, 4: 0x7FFFFFFF}
+
+
 def _check_matrix(dense, what: str):
     xp = dtypes.array_module(dense)
     if xp is np and not isinstance(dense, np.ndarray):
         raise TypeError(f"{what} must be a numpy or cupy array, got {type(dense).__name__}")
     if dense.ndim != 2:
         raise ValueError(f"{what} must be 2-D [M, K], got shape {tuple(dense.shape)}")
-    name = dtypes.name_of(dense.dtype)
+    name = dtypes.operand_name(dense.dtype)
     if name not in dtypes.SM80_INPUT_NAMES:
-        raise TypeError(f"{what} must be float16, bfloat16 (ml_dtypes.bfloat16) or int8, got {dense.dtype}")
+        raise TypeError(f"{what} must be float16, bfloat16 (ml_dtypes.bfloat16), int8 or float32 (tf32), "
+                        f"got {dense.dtype}")
     return xp, name
 
 
 def _bits(array):
-    """The bit patterns (uint16, or uint8 for int8): all logic runs on these, so bf16
-    needs no float support from CuPy."""
+    """The bit patterns as unsigned integers: all logic runs on these, so bf16 needs no
+    float support from CuPy."""
     xp = dtypes.array_module(array)
-    return array.view(xp.uint8 if array.dtype.itemsize == 1 else xp.uint16)
+    return array.view({1: xp.uint8, 2: xp.uint16, 4: xp.uint32}[array.dtype.itemsize])
 
 
 def _magnitude(xp, bits, dtype_name: str):
-    """|x| as float32 from the bit patterns (exact for f16, bf16 and int8)."""
+    """|x| as float32 from the bit patterns (exact for every operand type)."""
     if dtype_name == "bf16":
         return ((bits & 0x7FFF).astype(xp.uint32) << 16).view(xp.float32)
     if dtype_name == "s8":
         return xp.abs(bits.view(xp.int8).astype(xp.float32))
+    if dtype_name == "tf32":
+        return (bits & 0x7FFFFFFF).view(xp.float32)
     return (bits & 0x7FFF).view(xp.float16).astype(xp.float32)
 
 
-def _nonzero(xp, bits, dtype_name: str):
+def _nonzero(xp, bits):
     """1 where a value is non-zero (-0.0 counts as zero)."""
-    mask = 0xFF if dtype_name == "s8" else 0x7FFF
-    return ((bits & mask) != 0).astype(xp.int32)
-
-
-def metadata_word(dtype_name: str):
-    """(numpy word type, groups of four per word) of the sm80 metadata for an element type."""
-    return (np.uint32, 8) if dtype_name == "s8" else (np.uint16, 4)
+    return ((bits & _SIGNLESS[bits.dtype.itemsize]) != 0).astype(xp.int32)
 
 
 def prune_2to4(dense):
-    """Keep the two largest magnitudes of each group of four along K (ties: lower index wins).
+    """Keep the largest magnitudes the sparse tensor cores allow, along K (ties: lower index
+    wins): two of each group of four (fp16, bf16, int8), one of each pair for float32
+    (tf32 runs 1:2, which is also 2:4).
 
-    numpy or cupy [M, K] in, the same type out. K need not be a multiple of 4: the last
-    partial group keeps at most two values.
+    numpy or cupy [M, K] in, the same type out. K need not be a multiple of the group.
     """
     xp, name = _check_matrix(dense, "dense")
+    pattern = PATTERNS[name]
     m, k = dense.shape
-    k4 = round_up(k, 4)
+    kg = round_up(k, pattern.group)
     source = _bits(xp.ascontiguousarray(dense))
-    padded = xp.zeros((m, k4), dtype=source.dtype)
+    padded = xp.zeros((m, kg), dtype=source.dtype)
     padded[:, :k] = source
-    groups = padded.reshape(m, k4 // 4, 4)
+    groups = padded.reshape(m, kg // pattern.group, pattern.group)
     mag = _magnitude(xp, groups, name)
     a = mag[..., :, None]   # element i
     b = mag[..., None, :]   # element j
-    index = xp.arange(4)
+    index = xp.arange(pattern.group)
     beats = (b > a) | ((b == a) & (index[None, :] < index[:, None]))
     rank = beats.sum(axis=-1)
-    kept = xp.where(rank < 2, groups, groups.dtype.type(0))
-    return kept.reshape(m, k4)[:, :k].copy().view(dense.dtype)
+    kept = xp.where(rank < pattern.keep, groups, groups.dtype.type(0))
+    return kept.reshape(m, kg)[:, :k].copy().view(dense.dtype)
 
 
 def _reorder_offsets(xp, m_pad: int, words_per_row: int, word_bytes: int = 2):
@@ -147,7 +178,8 @@ class SparseMatrix:
 
     @property
     def element(self) -> str:
-        return dtypes.name_of(self.dtype)
+        """The operand type the kernels see ("tf32" for float32)."""
+        return dtypes.operand_name(self.dtype)
 
     def to_device(self) -> "SparseMatrix":
         import cupy
@@ -165,8 +197,8 @@ class SparseMatrix:
         self._require_sm80("plain_metadata")
         xp = dtypes.array_module(self.metadata)
         m_pad, k_pad = self.padded_shape
-        word, groups = metadata_word(self.element)
-        offsets = _reorder_offsets(xp, m_pad, k_pad // (4 * groups), np.dtype(word).itemsize)
+        pattern = PATTERNS[self.element]
+        offsets = _reorder_offsets(xp, m_pad, k_pad // pattern.logical_per_word, np.dtype(pattern.word).itemsize)
         return self.metadata.reshape(-1)[offsets]
 
     def to_layout(self, layout: str) -> "SparseMatrix":
@@ -195,16 +227,19 @@ class SparseMatrix:
             return dtypes.from_float32(matmul(self, eye, out_dtype="f32"), self.dtype)
         xp = dtypes.array_module(self.values)
         m_pad, k_pad = self.padded_shape
-        _, groups = metadata_word(self.element)
+        pattern = PATTERNS[self.element]
         words = self.plain_metadata().astype(xp.int64)
-        shifts = xp.arange(groups, dtype=xp.int64) * 4
-        nibbles = (words[:, :, None] >> shifts) & 0xF                       # [M_pad, words, groups]
-        nibbles = nibbles.reshape(m_pad, k_pad // 4)
-        first, second = nibbles & 0x3, nibbles >> 2
-        kept = _bits(self.values).reshape(m_pad, k_pad // 4, 2)
-        lane = xp.arange(4, dtype=xp.int64)
-        dense = xp.where(lane == first[..., None], kept[..., 0:1], kept.dtype.type(0))
-        dense = xp.where(lane == second[..., None], kept[..., 1:2], dense)
+        shifts = xp.arange(pattern.nibbles_per_word, dtype=xp.int64) * 4
+        nibbles = (words[:, :, None] >> shifts) & 0xF                       # [M_pad, words, nibbles]
+        nibbles = nibbles.reshape(m_pad, k_pad // pattern.group)
+        kept = _bits(self.values).reshape(m_pad, k_pad // pattern.group, pattern.keep)
+        lane = xp.arange(pattern.group, dtype=xp.int64)
+        if pattern.keep == 1:   # the nibble names the kept value's two 16-bit halves
+            dense = xp.where(lane == (nibbles & 0x3)[..., None] // 2, kept[..., 0:1], kept.dtype.type(0))
+        else:
+            first, second = nibbles & 0x3, nibbles >> 2
+            dense = xp.where(lane == first[..., None], kept[..., 0:1], kept.dtype.type(0))
+            dense = xp.where(lane == second[..., None], kept[..., 1:2], dense)
         m, k = self.shape
         return dense.reshape(m_pad, k_pad)[:m, :k].copy().view(self.dtype)
 
@@ -220,14 +255,15 @@ def default_layout(dense) -> str:
 
 
 def compress(dense, layout: str | None = None) -> SparseMatrix:
-    """Compress a 2:4 sparse [M, K] matrix for one kernel family's layout.
+    """Compress a structured-sparse [M, K] matrix for one kernel family's layout.
 
-    layout: "sm80" (numpy or cupy; any shape) or "sm90" (cupy on an sm_90 GPU, K a
-    multiple of 16). Default: "sm90" for a cupy matrix on an sm_90 GPU whose K is a
-    multiple of 16, else "sm80".
-    Raises ValueError naming the first row and group with more than two non-zeros.
+    fp16/bf16/int8 must be 2:4 along K; float32 (run as tf32) 1:2. layout: "sm80" (numpy
+    or cupy; any shape; every type) or "sm90" (fp16/bf16 cupy on an sm_90 GPU, K a
+    multiple of 16). Default: "sm90" where that applies, else "sm80".
+    Raises ValueError naming the first row and group with too many non-zeros.
     """
     xp, element = _check_matrix(dense, "dense")
+    pattern = PATTERNS[element]
     layout = layout or default_layout(dense)
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} must be one of {LAYOUTS}")
@@ -238,16 +274,17 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     source = _bits(xp.ascontiguousarray(dense))
     padded = xp.zeros((m_pad, k_pad), dtype=source.dtype)
     padded[:m, :k] = source
-    groups = padded.reshape(m_pad, k_pad // 4, 4)
+    g = pattern.group
+    groups = padded.reshape(m_pad, k_pad // g, g)
 
-    nonzero = _nonzero(xp, groups, element)
+    nonzero = _nonzero(xp, groups)
     counts = nonzero.sum(axis=-1)
-    if bool((counts > 2).any()):
-        row, group = (int(v) for v in xp.argwhere(counts > 2)[0])
+    if bool((counts > pattern.keep).any()):
+        row, group = (int(v) for v in xp.argwhere(counts > pattern.keep)[0])
         raise ValueError(
-            f"dense is not 2:4 sparse: row {row}, columns {4 * group}..{4 * group + 3} hold "
-            f"{int(counts[row, group])} non-zeros (at most 2 per group of 4 along K); "
-            f"use cutlass_sparse.prune_2to4 first")
+            f"dense is not {pattern.name} sparse: row {row}, columns {g * group}..{g * group + g - 1} hold "
+            f"{int(counts[row, group])} non-zeros (at most {pattern.keep} per group of {g} along K for "
+            f"{dense.dtype}); use cutlass_sparse.prune_2to4 first")
     if layout == LAYOUT_SM90:
         if element not in dtypes.INPUT_NAMES:
             raise TypeError(f"layout 'sm90' takes fp16/bf16; an {element} matrix compresses for layout='sm80'")
@@ -261,18 +298,24 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     # Indices of the first and second non-zero (-1 if absent), without sorting.
     seen = xp.cumsum(nonzero, axis=-1)
     first = xp.where(counts > 0, ((seen == 1) & (nonzero == 1)).astype(xp.int32).argmax(axis=-1), -1)
-    second = xp.where(counts > 1, ((seen == 2) & (nonzero == 1)).astype(xp.int32).argmax(axis=-1), -1)
-    # Fewer than two non-zeros: complete to a valid ascending pair that covers them.
-    # (p) -> (0, 1) for p < 2, (0, p) otherwise; nothing -> (0, 1).
-    idx0 = xp.where(counts == 2, first, 0).astype(xp.int32)
-    idx1 = xp.where(counts == 2, second, xp.where((counts == 1) & (first >= 2), first, 1)).astype(xp.int32)
-
-    values = xp.stack([xp.take_along_axis(groups, idx0[..., None], axis=-1)[..., 0],
-                       xp.take_along_axis(groups, idx1[..., None], axis=-1)[..., 0]], axis=-1)
+    if pattern.keep == 1:
+        # 1:2: the kept value (or the first of an empty pair); its nibble names the two
+        # 16-bit halves it occupies: (0, 1) or (2, 3).
+        kept = xp.maximum(first, 0).astype(xp.int32)
+        values = xp.take_along_axis(groups, kept[..., None], axis=-1)[..., 0]
+        idx0, idx1 = 2 * kept, 2 * kept + 1
+    else:
+        second = xp.where(counts > 1, ((seen == 2) & (nonzero == 1)).astype(xp.int32).argmax(axis=-1), -1)
+        # Fewer than two non-zeros: complete to a valid ascending pair that covers them.
+        # (p) -> (0, 1) for p < 2, (0, p) otherwise; nothing -> (0, 1).
+        idx0 = xp.where(counts == 2, first, 0).astype(xp.int32)
+        idx1 = xp.where(counts == 2, second, xp.where((counts == 1) & (first >= 2), first, 1)).astype(xp.int32)
+        values = xp.stack([xp.take_along_axis(groups, idx0[..., None], axis=-1)[..., 0],
+                           xp.take_along_axis(groups, idx1[..., None], axis=-1)[..., 0]], axis=-1)
     values = values.reshape(m_pad, k_pad // 2).view(dense.dtype)
 
-    word, per_word = metadata_word(element)
-    words_per_row = k_pad // (4 * per_word)
+    per_word, word = pattern.nibbles_per_word, pattern.word
+    words_per_row = k_pad // pattern.logical_per_word
     nibbles = (idx0 | (idx1 << 2)).astype(xp.int64).reshape(m_pad, words_per_row, per_word)
     words = (nibbles << (4 * xp.arange(per_word, dtype=xp.int64))).sum(axis=-1).astype(word)
     stored = xp.empty(m_pad * words_per_row, dtype=word)

@@ -89,7 +89,8 @@ class SparseGemmConfig:
             (self.layout_b in LAYOUTS, f"layout_b {self.layout_b!r} must be 'row' or 'col'"),
             (self.swizzle in SWIZZLES, f"swizzle {self.swizzle} must be one of {sorted(SWIZZLES)}"),
             (self.epilogue in EPILOGUES, f"epilogue {self.epilogue!r} must be one of {sorted(EPILOGUES)}"),
-            (self.threadblock[2] % 64 == 0, "threadblock K must be a multiple of 64"),
+            (self.threadblock[2] % (2 * self.instruction[2]) == 0,
+             f"threadblock K must be a multiple of twice the instruction's K ({2 * self.instruction[2]})"),
             (self.family in FAMILIES, f"family {self.family!r} must be one of {sorted(FAMILIES)}"),
             ((self.schedule in SCHEDULES) == (self.family == "sm90"),
              f"schedule {self.schedule!r}: sm90 takes one of {sorted(SCHEDULES)}, sm80 none"),
@@ -106,7 +107,7 @@ class SparseGemmConfig:
 
     @property
     def outputs_allowed(self) -> tuple[str, ...]:
-        return ("s32", "s8") if self.element == "s8" else (self.element, "f32")
+        return dtypes.outputs_for(self.element)
 
     @property
     def is_3x(self) -> bool:

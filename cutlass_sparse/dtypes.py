@@ -13,13 +13,14 @@ _BY_NAME = {
     "f32": (np.dtype(np.float32), DataType.f32),
     "s8": (np.dtype(np.int8), DataType.s8),
     "s32": (np.dtype(np.int32), DataType.s32),
+    "tf32": (np.dtype(np.float32), DataType.tf32),   # float32 operands, read by tf32 tensor cores
 }
-_NAME_BY_DTYPE = {dtype: name for name, (dtype, _) in _BY_NAME.items()}
+_NAME_BY_DTYPE = {dtype: name for name, (dtype, _) in _BY_NAME.items() if name != "tf32"}
 
 # Operand types of the sparse tensor-core kernels: both families take the 16-bit floats,
 # the sm80 family also int8 (int32 accumulation).
 INPUT_NAMES = ("f16", "bf16")
-SM80_INPUT_NAMES = ("f16", "bf16", "s8")
+SM80_INPUT_NAMES = ("f16", "bf16", "s8", "tf32")
 INTEGER_NAMES = ("s8", "s32")
 
 
@@ -49,6 +50,18 @@ def name_of(dtype) -> str | None:
         return _NAME_BY_DTYPE.get(np.dtype(dtype))
     except TypeError:
         return None
+
+
+def operand_name(dtype) -> str | None:
+    """The element type the sparse kernels see for an operand dtype (float32 runs as tf32)."""
+    name = name_of(dtype)
+    return "tf32" if name == "f32" else name
+
+
+def outputs_for(element: str) -> tuple[str, ...]:
+    """What the kernels may write for an operand type, the default first: the input type
+    or f32 for 16-bit floats, f32 for tf32, int32 or int8 (clamped) for int8."""
+    return {"s8": ("s32", "s8"), "tf32": ("f32",)}.get(element, (element, "f32"))
 
 
 def numpy_dtype(name: str) -> np.dtype:

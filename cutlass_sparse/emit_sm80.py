@@ -12,7 +12,7 @@ from cutlass_library.library import (
 import numpy as np
 
 from . import arguments, epilogue
-from .compress import metadata_word
+from .compress import PATTERNS
 from .description import SparseGemmConfig
 from .emitted import Emitted
 from .template import substitute
@@ -46,7 +46,7 @@ using Kernel = typename cutlass::gemm::kernel::DefaultGemmSparseUniversal<
     ${math_operation}>::GemmKernel;
 
 // Metadata as the kernel reads it: the host side must compress to exactly this.
-static_assert(sizeof(typename Kernel::ElementE) == ${metadata_bytes}, "metadata word size (compress.metadata_word)");
+static_assert(sizeof(typename Kernel::ElementE) == ${metadata_bytes}, "metadata word size (compress.PATTERNS)");
 static_assert(Kernel::kElementsPerElementE == ${stored_per_word}, "stored values per metadata word");
 static_assert(cuda::std::is_same<typename Kernel::LayoutE, cutlass::layout::ColumnMajorInterleaved<2>>::value,
               "metadata must be ColumnMajorInterleaved<2>");
@@ -111,9 +111,9 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "stages": config.stages,
         "math_operation": MathOperationTag[mi.math_operation],
         "threads": config.threads,
-        # what compress writes: 4 logical values (2 stored) per nibble
-        "metadata_bytes": np.dtype(metadata_word(config.element)[0]).itemsize,
-        "stored_per_word": 2 * metadata_word(config.element)[1],
+        # what compress writes
+        "metadata_bytes": np.dtype(PATTERNS[config.element].word).itemsize,
+        "stored_per_word": PATTERNS[config.element].stored_per_word,
         "arguments_struct": arguments.SM80_GEMM.cpp(),
         "arguments_name": arguments.SM80_GEMM.name,
     })

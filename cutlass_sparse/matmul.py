@@ -148,7 +148,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         raise ValueError("x has N = 0 columns")
     device_id = x.device.id
     _check_same_device(sw.values, "sw", device_id)
-    element = dtypes.name_of(sw.dtype)
+    element = dtypes.operand_name(sw.dtype)
     element_out = _output_type(element, out_dtype)
     np_out = dtypes.numpy_dtype(element_out)
     if out is not None:
@@ -206,7 +206,7 @@ def _matmul_batched(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope
         raise TypeError(f"x has dtype {x.dtype}, but sw is {sw.dtype}: both operands must have the same dtype")
     device_id = x.device.id
     _check_same_device(sw.values, "sw", device_id)
-    element = dtypes.name_of(sw.dtype)
+    element = dtypes.operand_name(sw.dtype)
     element_out = _output_type(element, out_dtype)
     np_out = dtypes.numpy_dtype(element_out)
     check_activation(activation, leaky_slope)
@@ -280,7 +280,7 @@ def _matmul_batched(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope
 
 def _output_type(element: str, out_dtype) -> str:
     """D's element: the input type by default (int32 for int8), or one the kernels offer."""
-    allowed = ("s32", "s8") if element == "s8" else (element, "f32")
+    allowed = dtypes.outputs_for(element)
     element_out = allowed[0] if out_dtype is None else dtypes.parse(out_dtype)
     if element_out not in allowed:
         raise ValueError(f"out_dtype {out_dtype!r}: {element} inputs give one of {allowed}")
@@ -514,12 +514,12 @@ def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseG
         split = sm80.Split(split_k or 1, split_k_mode or "serial")
         m_pad = sw.padded_shape[0]
         tile = config.threadblock if config else \
-            selection.choose_tile(catalog.for_element(sm80.FAMILY, dtypes.name_of(sw.dtype)), m_pad, n, k,
+            selection.choose_tile(catalog.for_element(sm80.FAMILY, dtypes.operand_name(sw.dtype)), m_pad, n, k,
                                   _device_facts(x.device.id)[1])[0]
         return sum(sm80.workspace_parts(m_pad, n, tile, split))
     from . import sm90
 
-    element = dtypes.name_of(sw.dtype)
+    element = dtypes.operand_name(sw.dtype)
     element_out = _output_type(element, out_dtype)
     layout_b, _ = _matrix_layout(x, "x")
     config, scheduling = _resolve_sm90(m, n, k, x.device.id, element, element_out, layout_b, config, split_k)

@@ -12,7 +12,7 @@ cases run cs.matmul with the plan's kernel pinned (same result, more host time).
 """
 from __future__ import annotations
 
-from .matmul import _with_bias, as_device_array, matmul
+from .matmul import _output_type, _with_bias, as_device_array, matmul
 
 
 class Plan:
@@ -50,7 +50,7 @@ class Plan:
         from . import dtypes
 
         out_dtype = options.get("out_dtype")
-        return dtypes.numpy_dtype(dtypes.name_of(sw.dtype) if out_dtype is None else dtypes.parse(out_dtype))
+        return dtypes.numpy_dtype(_output_type(dtypes.operand_name(sw.dtype), out_dtype))
 
     def _prepare_direct(self, sw, x, record):
         launch = record["launch"]

@@ -109,6 +109,9 @@ def issue4_configs(family: str, sm_count: int = 132):
     for m, n, k in ((256, 64, 512), (200, 40, 1000), (33, 8, 128), (1024, 128, 4096), (128, 64, 256)):
         yield selection.config_for_shape(m, n, k, "s8", "s32", "col", sm_count)
     yield selection.config_for_shape(128, 64, 256, "s8", "s8", "col", sm_count)
+    for m, n, k in ((256, 64, 512), (200, 40, 1000), (33, 8, 72)):
+        for layout in LAYOUTS:
+            yield selection.config_for_shape(m, n, k, "tf32", "f32", layout, sm_count)
 
 
 def configs(sm_count: int = 132):

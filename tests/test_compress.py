@@ -108,7 +108,7 @@ def test_prune_keeps_two_largest_magnitudes(dtype):
 
 def test_bad_inputs_to_compress():
     with pytest.raises(TypeError, match="float16, bfloat16"):
-        cs.compress(np.zeros((4, 8), dtype=np.float32))
+        cs.compress(np.zeros((4, 8), dtype=np.float64))
     with pytest.raises(ValueError, match="2-D"):
         cs.compress(np.zeros(8, dtype=np.float16))
     with pytest.raises(TypeError, match="numpy or cupy array"):
@@ -207,3 +207,30 @@ def test_int8_prune_and_not_2to4_error():
         cs.compress(dense, layout="sm80")
     with pytest.raises(TypeError, match="layout 'sm90' takes fp16/bf16"):
         cs.compress(pruned, layout="sm90")
+
+
+def test_tf32_is_one_of_two_with_half_pair_nibbles():
+    rng = np.random.default_rng(9)
+    dense = rng.standard_normal((40, 72)).astype(np.float32)
+    pruned = cs.prune_2to4(dense)
+    pairs = pruned.reshape(40, 36, 2)
+    assert ((pairs != 0).sum(axis=-1) <= 1).all()
+    np.testing.assert_array_equal(np.abs(pairs).max(axis=-1), np.abs(dense.reshape(40, 36, 2)).max(axis=-1))
+    pruned[3, 10] = 0.0                  # an empty pair compresses too
+    pruned[3, 11] = 0.0
+    sw = cs.compress(pruned, layout="sm80")
+    assert sw.element == "tf32" and sw.metadata.dtype == np.uint16 and sw.values.dtype == np.float32
+    plain = sw.plain_metadata().reshape(sw.padded_shape[0], -1)
+    nibbles = (plain[..., None].astype(np.int64) >> (4 * np.arange(4))) & 0xF
+    assert set(np.unique(nibbles).tolist()) <= {0x4, 0xE}
+    # The tf32 nibble names 16-bit halves: CUTLASS's uncompress, run on the uint16 view
+    # (each float is two halves), must give back the matrix.
+    m_pad, k_pad = sw.padded_shape
+    back = cutlass_uncompress(sw.values.view(np.uint16), plain, 16).view(np.float32)
+    expected = np.zeros((m_pad, k_pad), dtype=np.float32)
+    expected[:40, :72] = pruned
+    np.testing.assert_array_equal(back, expected)
+    np.testing.assert_array_equal(sw.to_dense(), pruned)
+    np.testing.assert_array_equal(sw.metadata.reshape(-1), reference_reorder_any(plain, m_pad))
+    with pytest.raises(ValueError, match="not 1:2 sparse: row 0, columns 0..1 hold 2 non-zeros"):
+        cs.compress(dense, layout="sm80")

@@ -99,3 +99,15 @@ def test_int8_configuration_rules():
     with pytest.raises(ValueError, match="needs a floating-point output"):
         dataclasses.replace(config, activation="relu")
     assert catalog.find(config.name, "sm80") == config
+
+
+@pytest.mark.parametrize("layout_b", ["row", "col"])
+def test_tf32_kernels_compile_with_one_of_two_metadata(layout_b, shared_cache_path):
+    fam = catalog.load(catalog.for_element("sm80", "tf32"))
+    config = fam.config(fam.tiles[-1], "tf32", "f32", layout_b, 4, 4)
+    source = kernels.emit(config).source
+    assert "cutlass::tfloat32_t" in source and "kElementsPerElementE == 4" in source
+    assert "sizeof(typename Kernel::ElementE) == 2" in source
+    assert kernels.get(config, "sm_80", KernelCache(shared_cache_path)).shared_bytes > 0
+    with pytest.raises(ValueError, match="element_out 'tf32' must be one of"):
+        fam.config(fam.tiles[0], "tf32", "tf32", layout_b, 4, 4)

@@ -212,3 +212,29 @@ def test_int8_argument_rules():
     with pytest.raises(ValueError, match="out_dtype 'f16': s8 inputs give one of"):
         cs.matmul(sw, x, out_dtype="f16")
     assert cs.compress(w).layout == "sm80"    # int8 always compresses for the sm80 family
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("shape", [(256, 64, 512), (200, 40, 1000), (33, 8, 72)], ids=lambda s: "x".join(map(str, s)))
+def test_tf32_one_of_two(shape, layout):
+    import cupy
+
+    m, n, k = shape
+    rng = cupy.random.default_rng(81)
+    w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32))      # 1:2 for float32
+    x = rng.standard_normal((k, n), dtype=cupy.float32)
+    if layout == "col":
+        x = cupy.asfortranarray(x)
+    sw = cs.compress(w)
+    assert sw.layout == "sm80" and sw.element == "tf32"
+    bias = rng.standard_normal(m, dtype=cupy.float32)
+    y = cs.matmul(sw, x, bias=bias, activation="relu")
+    assert y.dtype == cupy.float32
+    assert reference.relative_error(y, cupy.maximum(w @ x + bias[:, None], 0)) <= 5e-3
+    info = {}
+    y = cs.matmul(sw, x, info=info)
+    assert "tf32" in info["config"]
+    err = reference.relative_error(y, w @ x)
+    assert err <= 5e-3, f"relative error {err:.3e}"            # tf32: 10-bit mantissas
+    y2 = cs.matmul(sw, x, split_k=2, split_k_mode="parallel", family="sm80")
+    assert reference.relative_error(y2, w @ x) <= 5e-3
