@@ -7,13 +7,14 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from .description import CompressorConfig, SparseGemmConfig
+from .description import CompressorConfig, ReductionConfig, SparseGemmConfig
 
 
 def _config_from_json(data: dict):
-    if data.get("family") == "sm90_compressor":
-        return CompressorConfig(**data)
-    return SparseGemmConfig.from_json(data)
+    """Any kernel description back from its to_json() (workers receive JSON)."""
+    kinds = {"sm90_compressor": CompressorConfig, "sm80_reduction": ReductionConfig}
+    kind = kinds.get(data.get("family"))
+    return kind(**data) if kind else SparseGemmConfig.from_json(data)
 
 
 def _compile_one(args) -> tuple[str, str, str, float]:

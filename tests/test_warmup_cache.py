@@ -156,3 +156,13 @@ def test_cache_command_line(tmp_path):
     assert "1 kernels" in cli("stats").stdout
     assert cli("verify").returncode == 0
     assert "removed 1 entries" in cli("clear").stdout
+
+
+def test_workers_compile_every_kind_of_kernel(tmp_path, monkeypatch):
+    # GEMMs, the split-K reduction and the sm90 compressor all travel to workers as JSON.
+    from cutlass_sparse.description import CompressorConfig, ReductionConfig
+
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", str(tmp_path / "kinds.db"))
+    items = [(ReductionConfig("f16", 8, "relu"), "sm_80"), (CompressorConfig("bf16"), "sm_90a")]
+    results = warmup.compile_all(items, jobs=2)
+    assert sorted(status for _, _, status, _ in results) == ["compiled", "compiled"], results
