@@ -33,8 +33,9 @@ def test_plan_matches_matmul_and_checks_inputs(family):
         y = p(x2, out=out)
         assert y is out
         assert_close(y, expect(w, x2, bias_full=bias.astype(cupy.float32)[:, None], activation="relu"), "f16")
-    with pytest.raises(ValueError, match="make another plan|must be"):
-        p(cupy.asfortranarray(x))
+    if p.direct:   # a direct plan checks x against what it was made for
+        with pytest.raises(ValueError, match="make another plan"):
+            p(cupy.asfortranarray(x))
 
 
 def test_plan_in_a_cuda_graph():
