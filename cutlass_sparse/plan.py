@@ -12,7 +12,8 @@ cases run cs.matmul with the plan's kernel pinned (same result, more host time).
 """
 from __future__ import annotations
 
-from .matmul import _output_type, _with_bias, as_device_array, matmul
+from .matmul import matmul
+from .operands import as_device_array, output_type, with_bias
 
 
 class Plan:
@@ -31,7 +32,7 @@ class Plan:
             m, n = sw.shape[0], x.shape[1]
             np_out = self._np_out(sw, options)
             with cupy.cuda.Device(x.device.id):
-                self.c_bias = _with_bias(bias, options.pop("c", None), self.beta, m, n, np_out, x.device.id)
+                self.c_bias = with_bias(bias, options.pop("c", None), self.beta, m, n, np_out, x.device.id)
             options["c"], options["beta"] = self.c_bias, 1.0
             self.beta = 1.0
         else:
@@ -50,7 +51,7 @@ class Plan:
         from . import dtypes
 
         out_dtype = options.get("out_dtype")
-        return dtypes.numpy_dtype(_output_type(dtypes.operand_name(sw.dtype), out_dtype))
+        return dtypes.numpy_dtype(output_type(dtypes.operand_name(sw.dtype), out_dtype))
 
     def _prepare_direct(self, sw, x, record):
         launch = record["launch"]

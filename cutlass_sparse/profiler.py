@@ -145,13 +145,14 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
     With a record already there and force=False, returns it without profiling (the table
     then holds the recorded rows). progress(done, total, text) is called as work finishes.
     """
-    from .matmul import _device_facts, _matrix_layout, _output_type, as_device_array, matmul
+    from .matmul import matmul
+    from .operands import as_device_array, device_facts, matrix_layout, output_type
 
     x = as_device_array(x, "x")
     family = family or sw.layout
     element = dtypes.operand_name(sw.dtype)
-    element_out = _output_type(element, out_dtype)
-    layout_b, _ = _matrix_layout(x, "x")
+    element_out = output_type(element, out_dtype)
+    layout_b, _ = matrix_layout(x, "x")
     m, k = sw.shape
     n = x.shape[1]
     device_id = x.device.id
@@ -161,7 +162,7 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
         if record is not None:
             return Choice.from_json(record[0]), [_row_from_json(r) for r in record[1]]
 
-    arch, sm_count = _device_facts(device_id)
+    arch, sm_count = device_facts(device_id)
     choices = candidates(family, k, element)
     _compile(choices, m, n, k, element, element_out, layout_b, activation, arch, sm_count, jobs, progress)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import arguments, catalog, kernels, runtime, selection
+from . import arguments, catalog, kernels, operands, runtime, selection
 from .description import ReductionConfig, SparseGemmConfig
 from .emit_reduction import ROWS_PER_BLOCK
 from .selection import cdiv, round_up
@@ -115,7 +115,7 @@ def resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, 
         tile = tile or selection.choose_tile(cat, m_pad, n, k, sm_count)
         config = fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
     else:
-        check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c)
+        operands.check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c)
     config = gemm_variant(config, split, activation)
     k_tiles = k_eff // config.threadblock[2]
     if split.slices > k_tiles:
@@ -140,16 +140,6 @@ def resolve_reduction(element_out: str, alignment: int, activation: str, arch: s
     kernel = runtime.load(kernels.get(config, arch))
     grid = (cdiv(m, ROWS_PER_BLOCK), cdiv(n, 32 * alignment), 1)
     return Launch(kernel, grid, arguments.REDUCE_SPLIT_K.new_block())
-
-
-def check_config_fits(config, element, element_out, layout_b, alignment_b, alignment_c) -> None:
-    wanted = (element, element_out, layout_b)
-    if (config.element, config.element_out, config.layout_b) != wanted:
-        raise ValueError(f"config {config.name} is for {config.element}->{config.element_out} with "
-                         f"B {config.layout_b}-major; the problem needs {wanted}")
-    if config.alignment_b > alignment_b or config.alignment_c > alignment_c:
-        raise ValueError(f"config {config.name} needs alignment B {config.alignment_b} / C "
-                         f"{config.alignment_c}; the operands allow {alignment_b} / {alignment_c}")
 
 
 def reduction_alignment(element_out: str, n: int, *operands: tuple[int, int, int]) -> int:
@@ -198,3 +188,100 @@ def launch_reduction(launch: Launch, device_id, partials_ptr, gemm: Launch, m, n
     f["m"], f["n"], f["slices"] = m, n, int(gemm.block[0]["grid_k"])   # slices the GEMM wrote
     f["alpha"], f["beta"], f["activation_arg"] = alpha, beta, activation_arg
     launch.kernel.launch(device_id, launch.grid, block, threads=(32, ROWS_PER_BLOCK, 1))
+
+
+def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
+                 split, workspace, activation, leaky_slope, record=None, tile=None):
+    import cupy
+
+    device_id = x.device.id
+    m, k = sw.shape
+    n = x.shape[1]
+    m_pad, k_stored = sw.padded_shape
+    cat = catalog.for_element(FAMILY, element)
+    fam = catalog.load(cat)
+    arch, sm_count = operands.device_facts(device_id)
+    # The kernel runs on M_pad rows (the metadata reorder works in groups of 32), so a
+    # ragged M computes into a padded buffer; y is a contiguous view of its top rows. A
+    # parallel split-K writes D with the reduction, over M rows: no padding needed.
+    padded = m_pad != m and not split.parallel
+    d = out if (out is not None and not padded) else cupy.empty((m_pad if padded else m, n), dtype=np_out)
+    ldd = operands.row_stride(d, n)
+    if beta == 0.0:
+        c_full, ldc = d, ldd
+    elif padded:
+        c_full = cupy.zeros((m_pad, n), dtype=np_out)
+        c_full[:m] = c
+        ldc = n
+    else:
+        c_full, ldc = c, operands.row_stride(c, n)
+
+    # -- kernel choice --------------------------------------------------------
+    if config is None and tile is None:
+        tile = selection.choose_tile(cat, m_pad, n, k, sm_count)
+    tile_k = config.threadblock[2] if config else tile[0][2]
+    k_eff = cdiv(k, tile_k) * tile_k
+    if k_eff != k:
+        # mma.sp needs valid metadata on every K step, so the kernel runs over whole
+        # tiles: the stored sparse operand is padded already, x gets zero rows.
+        x_full = cupy.zeros((k_eff, n), dtype=x.dtype, order="C" if layout_b == "row" else "F")
+        x_full[:k] = x
+        x, ldb = x_full, (n if layout_b == "row" else k_eff)
+    alignment_b = widest_alignment(fam.alignments_b, x.data.ptr, x.dtype.itemsize, ldb,
+                                        n if layout_b == "row" else k_eff)
+    if alignment_b is None:
+        raise ValueError(
+            f"x (row-major, shape {tuple(x.shape)}, leading dimension {ldb}, address {x.data.ptr:#x}) "
+            f"is not aligned for the sparse kernels: a row-major x needs an even N, an even leading "
+            f"dimension and a 4-byte aligned address; pass a column-major x (cupy.asfortranarray) or pad N")
+    aligns_c = selection.output_alignments(cat, element_out)
+    if split.parallel:   # the GEMM writes fp32 partials; the configuration keeps D's own width
+        alignment_c = widest_alignment(aligns_c, 0, 1, n)
+    else:
+        widths = (widest_alignment(aligns_c, d.data.ptr, np_out.itemsize, ldd, n),
+                  widest_alignment(aligns_c, c_full.data.ptr, np_out.itemsize, ldc, n))
+        if None in widths:
+            raise ValueError(f"out/c (N = {n}, leading dimensions {ldd}/{ldc}) cannot be written {min(aligns_c)} "
+                             f"{element_out} at a time, which this output type needs: make N a multiple of "
+                             f"{min(aligns_c)} or use out_dtype='s32'")
+        alignment_c = min(widths)
+    if k_stored < k_eff:
+        raise ValueError(f"sw stores K = {k_stored}, less than the {k_eff} this kernel runs over")
+    launch = resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
+                          arch, sm_count, config, split, activation, tile)
+
+    # -- workspace and launches -----------------------------------------------
+    semaphore_bytes, partial_bytes = workspace_parts(m_pad, n, launch.kernel.compiled.config.threadblock,
+                                                          split)
+    space = take_workspace(workspace, semaphore_bytes + partial_bytes)
+    if split.parallel:
+        partials, ld_partials = space.data.ptr, partial_ld(n)
+        launch_gemm(launch, device_id, sw, x, partials, partials, ldb, ld_partials, ld_partials,
+                         1.0, 0.0, 0.0, slice_stride=m_pad * ld_partials)
+        c_src, ld_src = (c, operands.row_stride(c, n)) if beta != 0.0 else (d, ldd)
+        ra = reduction_alignment(element_out, n, (d.data.ptr, ldd, np_out.itemsize),
+                                      (c_src.data.ptr, ld_src, np_out.itemsize))
+        reduce = resolve_reduction(element_out, ra, activation, arch, m, n)
+        launch_reduction(reduce, device_id, partials, launch, m, n, c_src.data.ptr, ld_src,
+                              d.data.ptr, ldd, alpha, beta, leaky_slope, m_pad)
+    else:
+        semaphore = 0
+        if split.serial:
+            semaphore = space.data.ptr
+            cupy.cuda.runtime.memsetAsync(semaphore, 0, semaphore_bytes, cupy.cuda.get_current_stream().ptr)
+        launch_gemm(launch, device_id, sw, x, c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, alpha, beta,
+                         leaky_slope, semaphore_ptr=semaphore)
+
+    if info is not None:
+        compiled = launch.kernel.compiled
+        info.update(config=compiled.config.name, arch=arch, from_cache=compiled.from_cache,
+                    compile_seconds=compiled.compile_seconds, grid=launch.grid, k_padded=k_eff != k,
+                    split_k=split.slices, split_k_mode=split.mode, workspace_bytes=semaphore_bytes + partial_bytes)
+    if record is not None:   # what a Plan needs to repeat this launch with new pointers
+        record.update(launch=launch, direct=not (padded or k_eff != k or split.slices > 1), layout_b=layout_b,
+                      ldb=ldb, ldc=ldc, ldd=ldd, alignment_b=alignment_b, alignment_c=alignment_c)
+    if out is None:
+        return d[:m]
+    if d is not out:
+        out[...] = d[:m]
+    return out

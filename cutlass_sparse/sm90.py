@@ -12,10 +12,12 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from . import kernels, runtime, tma
+import dataclasses
+
+from . import catalog, dtypes, kernels, operands, runtime, selection, tma
 from .description import CompressorConfig, SparseGemmConfig
-from .selection import round_up
 from .emit_sm90 import COMPRESS, DECOMPOSITIONS, INFO_FIELDS, SETUP
+from .selection import cdiv, round_up
 
 LAYOUT = "sm90"
 
@@ -257,3 +259,51 @@ def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k,
     f["workspace"] = 0 if workspace is None else workspace.data.ptr
     loaded.launch(device_id, (1, 1, 1), block, symbol=f"{compiled.symbol}_setup", threads=1, shared_bytes=0)
     return _Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
+
+
+def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info, split_k,
+                 workspace, activation, leaky_slope, tile=None):
+    import cupy
+
+    m, k = sw.shape
+    n = x.shape[1]
+    np_out = dtypes.numpy_dtype(element_out)
+    with cupy.cuda.Device(x.device.id):
+        d = out if out is not None else cupy.empty((m, n), dtype=np_out)
+        c_full = c if beta != 0.0 else d
+        ldd, ldc = operands.row_stride(d, n), operands.row_stride(c_full, n)
+        # TMA: 16-byte aligned bases and leading dimensions.
+        for what, array, ld in (("x", x, ldb), ("out", d, ldd), ("c", c_full, ldc)):
+            item = array.dtype.itemsize
+            if array.data.ptr % 16 or (ld * item) % 16:
+                raise ValueError(
+                    f"{what} (leading dimension {ld}, address {array.data.ptr:#x}) breaks the sm90 kernels' "
+                    f"TMA rule: 16-byte aligned address and leading dimension a multiple of {16 // item} "
+                    f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
+        config, scheduling = resolve(m, n, k, x.device.id, element, element_out, layout_b, config, split_k,
+                                           activation, tile)
+        matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace, leaky_slope)
+        return d
+
+
+def resolve(m, n, k, device_id, element, element_out, layout_b, config, split_k, activation="identity",
+                  tile=None):
+    """The sm90 kernel and K decomposition for a problem (the caller's config, a profiled
+    tile, or the catalog's choice)."""
+    alignment_c = 16 // dtypes.numpy_dtype(element_out).itemsize
+    if config is None and tile is not None:
+        splits = split_k or 1
+        config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
+    elif config is None:
+        tile, splits = selection.choose_sm90(m, n, k, operands.device_facts(device_id)[1], split_k)
+        config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
+    else:
+        operands.check_config_fits(config, element, element_out, layout_b, 8, alignment_c)
+        splits = split_k or 1
+    config = dataclasses.replace(config, activation=activation)
+    if splits > 1 and config.tile_scheduler != "streamk":
+        raise ValueError(f"split_k={splits} needs an sm90 stream-K kernel; {config.name} is not one")
+    if splits > cdiv(k, config.threadblock[2]):
+        raise ValueError(f"split_k={splits} exceeds the {cdiv(k, config.threadblock[2])} K tiles of "
+                         f"K = {k} with {config.name}")
+    return config, Scheduling.split_k(splits)

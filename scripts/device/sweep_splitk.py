@@ -11,7 +11,7 @@ import cupy  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse import catalog, reference, selection, sm90, warmup  # noqa: E402
-from cutlass_sparse.matmul import _matrix_layout  # noqa: E402
+from cutlass_sparse.operands import matrix_layout  # noqa: E402
 
 SHAPES = [(4096, 16, 4096), (4096, 128, 4096), (4096, 512, 4096), (11008, 512, 4096), (11008, 128, 4096),
           (4096, 16, 11008), (4096, 4096, 4096)]
@@ -47,7 +47,7 @@ def main():
         sw = cs.compress(w, layout="sm90")
         ref = reference.to_float32(w) @ reference.to_float32(x)
         y = cupy.empty((m, n), dtype=cupy.float16)
-        _, ldb = _matrix_layout(x, "x")
+        _, ldb = matrix_layout(x, "x")
         rows = []
         for config in configs:
             for sched in schedulings(config, k):

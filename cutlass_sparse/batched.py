@@ -1,0 +1,101 @@
+"""Batched sparse GEMM (sm80 family): one weight times a batch of x in one launch of
+GemmSparseUniversal's kBatched mode, the weight's batch strides 0."""
+from __future__ import annotations
+
+from . import catalog, dtypes, operands, selection, sm80
+from .selection import cdiv
+
+
+def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, family,
+                    split_k, info):
+    """sw [M, K] times each x[i] [K, N]: CUTLASS's batched mode, A and E shared (stride 0)."""
+    import cupy
+
+    family = family or sw.layout
+    if family != "sm80" or sw.layout != "sm80":
+        raise ValueError("a batched x ([batch, K, N]) runs on the sm80 family: compress with layout='sm80' "
+                         "(or sw.to_layout('sm80')); the sm90 path takes 2-D x")
+    if split_k not in (None, 1):
+        raise ValueError("split_k cannot be combined with a batched x (the batch takes the grid's third dimension)")
+    if isinstance(config, str):
+        config = catalog.find(config, family)
+    batch, k_rows, n = x.shape
+    m, k = sw.shape
+    if batch == 0:
+        raise ValueError("x has a batch of 0")
+    if k_rows != k:
+        raise ValueError(f"x has {k_rows} rows per batch, but sw has K = {k} columns (x must be [batch, {k}, N])")
+    if x.dtype != sw.dtype:
+        raise TypeError(f"x has dtype {x.dtype}, but sw is {sw.dtype}: both operands must have the same dtype")
+    device_id = x.device.id
+    operands.check_same_device(sw.values, "sw", device_id)
+    element = dtypes.operand_name(sw.dtype)
+    element_out = operands.output_type(element, out_dtype)
+    np_out = dtypes.numpy_dtype(element_out)
+    operands.check_activation(activation, leaky_slope)
+    item = x.dtype.itemsize
+    if x.strides[0] % item:
+        raise ValueError(f"x's batch stride {x.strides[0]} is not a whole number of elements")
+    layout_b, ldb = operands.matrix_layout(x[0], "x[0]")
+    m_pad, k_stored = sw.padded_shape
+    arch, sm_count = operands.device_facts(device_id)
+    with cupy.cuda.Device(device_id):
+        cat = catalog.for_element(sm80.FAMILY, element)
+        tile = config.threadblock if config else selection.choose_tile(cat, m_pad, n, k, sm_count)[0]
+        k_eff = cdiv(k, tile[2]) * tile[2]
+        if k_eff != k:   # whole K tiles (see _matmul_sm80): zero rows appended to every x[i]
+            x_full = cupy.zeros((batch, k_eff, n), dtype=x.dtype)
+            if layout_b == "col":
+                x_full = cupy.zeros((batch, n, k_eff), dtype=x.dtype).transpose(0, 2, 1)
+            x_full[:, :k] = x
+            x = x_full
+            layout_b, ldb = operands.matrix_layout(x[0], "x[0]")
+        # D (and C) as [batch, M_pad, N] row-major; y is a view of the top M rows of each.
+        d = cupy.empty((batch, m_pad, n), dtype=np_out)
+        c_eff, beta_eff = c, beta
+        if bias is not None:
+            c_eff, beta_eff = operands.with_bias(bias, None, 0.0, m, n, np_out, device_id), 1.0
+        if beta_eff != 0.0:
+            if c_eff is None:
+                raise ValueError("beta is non-zero but c is None")
+            c_eff = operands.as_device_array(c_eff, "c")
+            shared_c = c_eff.ndim == 2
+            want = (m, n) if shared_c else (batch, m, n)
+            if c_eff.shape != want or c_eff.dtype != np_out:
+                raise ValueError(f"c must be {list(want)} of dtype {np_out}, got {c_eff.shape} {c_eff.dtype}")
+            if bias is not None and c is not None and beta != 0.0:
+                raise ValueError("bias with c and beta on a batched x: fold the bias into c")
+            c_full = cupy.zeros((m_pad, n) if shared_c else (batch, m_pad, n), dtype=np_out)
+            c_full[..., :m, :] = c_eff
+            stride_c = 0 if shared_c else m_pad * n
+        else:
+            c_full, stride_c = d, m_pad * n
+        fam = catalog.load(cat)
+        alignment_b = sm80.widest_alignment(fam.alignments_b, x.data.ptr, item, ldb, x.strides[0] // item,
+                                            n if layout_b == "row" else k_eff)
+        if alignment_b is None:
+            raise ValueError(f"x (shape {x.shape}, strides {x.strides}) is not aligned for the sparse kernels: "
+                             f"each x[i] needs an even N and leading dimension and a 4-byte aligned start")
+        alignment_c = sm80.widest_alignment(selection.output_alignments(cat, element_out), 0, 1, n)
+        launch = sm80.resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
+                              arch, sm_count, config, sm80.Split(), activation)
+        block = launch.block.copy()
+        f = block[0]
+        f["mode"], f["batch_count"] = sm80.MODE_BATCHED, batch
+        f["batch_stride_b"], f["batch_stride_c"], f["batch_stride_d"] = x.strides[0] // item, stride_c, m_pad * n
+        f["a"], f["e"] = sw.values.data.ptr, sw.metadata.data.ptr    # batch strides of A and E stay 0
+        f["b"], f["c"], f["d"] = x.data.ptr, c_full.data.ptr, d.data.ptr
+        f["lda"], f["lde"] = k_stored // 2, sw.metadata_ld
+        f["ldb"], f["ldc"], f["ldd"] = ldb, n, n
+        f["alpha"], f["beta"], f["activation_arg"] = alpha, beta_eff, leaky_slope
+        launch.kernel.launch(device_id, (launch.grid[0], launch.grid[1], batch), block)
+        if info is not None:
+            info.update(config=launch.kernel.compiled.config.name, arch=arch, batch=batch, k_padded=k_eff != k)
+        y = d[:, :m]
+        if out is None:
+            return y if m_pad == m else cupy.ascontiguousarray(y)
+        out = operands.as_device_array(out, "out")
+        if out.shape != (batch, m, n) or out.dtype != np_out:
+            raise ValueError(f"out must be [{batch}, {m}, {n}] of dtype {np_out}, got {out.shape} {out.dtype}")
+        out[...] = y
+        return out
