@@ -7,7 +7,7 @@ from .selection import cdiv
 
 
 def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, family,
-                    split_k, info):
+           split_k, info):
     """sw [M, K] times each x[i] [K, N]: CUTLASS's batched mode, A and E shared (stride 0)."""
     import cupy
 

@@ -191,7 +191,8 @@ def launch_reduction(launch: Launch, device_id, partials_ptr, gemm: Launch, m, n
 
 
 def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
-                 split, workspace, activation, leaky_slope, record=None, tile=None):
+        split, workspace, activation, leaky_slope, record=None, tile=None):
+    """cs.matmul's sm80 path, operands checked: padding, alignment, kernel, workspace, launches."""
     import cupy
 
     device_id = x.device.id

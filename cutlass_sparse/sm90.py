@@ -262,7 +262,8 @@ def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k,
 
 
 def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info, split_k,
-                 workspace, activation, leaky_slope, tile=None):
+        workspace, activation, leaky_slope, tile=None):
+    """cs.matmul's sm90 path, operands checked: TMA's rules, the kernel, the launch."""
     import cupy
 
     m, k = sw.shape
@@ -281,13 +282,13 @@ def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config,
                     f"TMA rule: 16-byte aligned address and leading dimension a multiple of {16 // item} "
                     f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
         config, scheduling = resolve(m, n, k, x.device.id, element, element_out, layout_b, config, split_k,
-                                           activation, tile)
+                                     activation, tile)
         matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace, leaky_slope)
         return d
 
 
 def resolve(m, n, k, device_id, element, element_out, layout_b, config, split_k, activation="identity",
-                  tile=None):
+            tile=None):
     """The sm90 kernel and K decomposition for a problem (the caller's config, a profiled
     tile, or the catalog's choice)."""
     alignment_c = 16 // dtypes.numpy_dtype(element_out).itemsize
