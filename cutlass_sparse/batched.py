@@ -37,6 +37,8 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
     if x.strides[0] % item:
         raise ValueError(f"x's batch stride {x.strides[0]} is not a whole number of elements")
     layout_b, ldb = operands.matrix_layout(x[0], "x[0]")
+    if element == "s8":
+        operands.check_int8(layout_b, n, element_out, activation, None, None)
     m_pad, k_stored = sw.padded_shape
     arch, sm_count = operands.device_facts(device_id)
     with cupy.cuda.Device(device_id):
