@@ -1,5 +1,11 @@
-"""Batched sparse GEMM (sm80 family): one weight times a batch of x in one launch of
-GemmSparseUniversal's kBatched mode, the weight's batch strides 0."""
+"""Batched sparse GEMM: one weight times a batch of x.
+
+- sm80: one launch of GemmSparseUniversal's kBatched mode, the weight's batch strides 0.
+- sm90: with the weight shared, the batch is one GEMM over the concatenated columns,
+  sw @ [x[0] | x[1] | ...], which is what a batched kernel would compute with a wider N.
+  A batch of column-major x[i] stored one after another is read in place; other
+  layouts cost one copy of x. The result is a [batch, M, N] view of the [M, batch*N] D.
+"""
 from __future__ import annotations
 
 from . import catalog, dtypes, operands, selection, sm80
@@ -12,9 +18,10 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
     import cupy
 
     family = family or sw.layout
-    if family != "sm80" or sw.layout != "sm80":
-        raise ValueError("a batched x ([batch, K, N]) runs on the sm80 family: compress with layout='sm80' "
-                         "(or sw.to_layout('sm80')); the sm90 path takes 2-D x")
+    if family == "sm90":
+        return _as_one_wide_gemm(sw, x, out=out, alpha=alpha, beta=beta, c=c, bias=bias, activation=activation,
+                                 leaky_slope=leaky_slope, out_dtype=out_dtype, config=config, split_k=split_k,
+                                 info=info)
     if split_k not in (None, 1):
         raise ValueError("split_k cannot be combined with a batched x (the batch takes the grid's third dimension)")
     if isinstance(config, str):
@@ -101,3 +108,33 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
             raise ValueError(f"out must be [{batch}, {m}, {n}] of dtype {np_out}, got {out.shape} {out.dtype}")
         out[...] = y
         return out
+
+
+def _as_one_wide_gemm(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, split_k,
+                      info):
+    import cupy
+
+    from .matmul import matmul
+
+    batch, k_rows, n = x.shape
+    m, k = sw.shape
+    if batch == 0 or k_rows != k:
+        raise ValueError(f"x must be [batch >= 1, {k}, N], got {x.shape}")
+    wide_x = x.transpose(1, 0, 2).reshape(k, batch * n)      # a view when each x[i] is column-major
+    if bias is not None and bias.shape == (1, n):
+        bias = cupy.tile(bias, (1, batch))
+    if beta != 0.0 and c is not None and c.ndim == 3:
+        c = c.transpose(1, 0, 2).reshape(m, batch * n)
+    elif beta != 0.0 and c is not None:
+        c = cupy.tile(c, (1, batch))
+    wide = matmul(sw, wide_x, alpha=alpha, beta=beta, c=c, bias=bias, activation=activation,
+                  leaky_slope=leaky_slope, out_dtype=out_dtype, config=config, family="sm90", split_k=split_k,
+                  info=info)
+    y = wide.reshape(m, batch, n).transpose(1, 0, 2)
+    if out is None:
+        return y
+    out = operands.as_device_array(out, "out")
+    if out.shape != y.shape or out.dtype != y.dtype:
+        raise ValueError(f"out must be {list(y.shape)} of dtype {y.dtype}, got {out.shape} {out.dtype}")
+    out[...] = y
+    return out

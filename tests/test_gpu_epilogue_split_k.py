@@ -238,3 +238,22 @@ def test_tf32_one_of_two(shape, layout):
     assert err <= 5e-3, f"relative error {err:.3e}"            # tf32: 10-bit mantissas
     y2 = cs.matmul(sw, x, split_k=2, split_k_mode="parallel", family="sm80")
     assert reference.relative_error(y2, w @ x) <= 5e-3
+
+
+@pytest.mark.parametrize("per_batch_layout", ["row", "col"])
+def test_sm90_batch_runs_as_one_wide_gemm(per_batch_layout):
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    batch, m, n, k = 3, 256, 64, 512
+    w, sw, _ = random_operands(m, n, k, "f16", "row", seed=91, family="sm90")
+    rng = cupy.random.default_rng(92)
+    xs = rng.standard_normal((batch, k, n), dtype=cupy.float32).astype(cupy.float16)
+    if per_batch_layout == "col":
+        xs = cupy.ascontiguousarray(xs.transpose(0, 2, 1)).transpose(0, 2, 1)
+    c = rng.standard_normal((batch, m, n), dtype=cupy.float32).astype(cupy.float16)
+    y = cs.matmul(sw, xs, beta=1.0, c=c, activation="silu")
+    assert y.shape == (batch, m, n)
+    for i in range(batch):
+        assert_close(y[i], expect(w, xs[i], 1.0, 1.0, c[i], activation="silu"), "f16")
