@@ -5,7 +5,7 @@
     y = cs.matmul(sw, x)                     # x: cupy [K, N] -> y: cupy [M, N]
 """
 from .compiler import CompileError
-from .compress import SparseMatrix, compress, prune_2to4
+from .compress import SparseBatch, SparseMatrix, compress, prune_2to4
 from .description import SparseGemmConfig
 from .dtypes import bfloat16
 from .env import PACKAGE_VERSION as __version__
@@ -23,5 +23,5 @@ def emit_source(config: SparseGemmConfig | str) -> str:
     return kernels.emit(config).source
 
 
-__all__ = ["CompileError", "SparseGemmConfig", "SparseMatrix", "bfloat16", "compress", "emit_source",
+__all__ = ["CompileError", "SparseBatch", "SparseGemmConfig", "SparseMatrix", "bfloat16", "compress", "emit_source",
            "Plan", "linear", "matmul", "plan", "prune_2to4", "tune", "workspace_size", "__version__"]

@@ -9,15 +9,27 @@
 from __future__ import annotations
 
 from . import catalog, dtypes, operands, selection, sm80
+from .compress import SparseBatch
 from .selection import cdiv
 
 
 def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, family,
            split_k, info):
-    """sw [M, K] times each x[i] [K, N]: CUTLASS's batched mode, A and E shared (stride 0)."""
+    """sw [M, K] times each x[i] [K, N] (A and E shared: batch stride 0), or each matrix of
+    a SparseBatch times its x[i] (or one shared x): CUTLASS's batched mode, one launch."""
     import cupy
 
+    if not sw.is_device:
+        raise TypeError("sw holds host (numpy) arrays; compress a cupy array")
     family = family or sw.layout
+    weights = sw.batch if isinstance(sw, SparseBatch) else None
+    if weights is not None:
+        if family != "sm80":
+            raise ValueError("a SparseBatch runs on the sm80 family (CUTLASS 2.x batched mode)")
+        if x.ndim == 2:      # one x for every matrix: batch stride 0
+            x = cupy.broadcast_to(x, (weights,) + x.shape)
+        elif x.ndim != 3 or x.shape[0] != weights:
+            raise ValueError(f"x of shape {x.shape} must be [{weights}, K, N] (one per matrix of sw) or [K, N]")
     if family == "sm90":
         return _as_one_wide_gemm(sw, x, out=out, alpha=alpha, beta=beta, c=c, bias=bias, activation=activation,
                                  leaky_slope=leaky_slope, out_dtype=out_dtype, config=config, split_k=split_k,
@@ -92,7 +104,9 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
         f = block[0]
         f["mode"], f["batch_count"] = sm80.MODE_BATCHED, batch
         f["batch_stride_b"], f["batch_stride_c"], f["batch_stride_d"] = x.strides[0] // item, stride_c, m_pad * n
-        f["a"], f["e"] = sw.values.data.ptr, sw.metadata.data.ptr    # batch strides of A and E stay 0
+        f["a"], f["e"] = sw.values.data.ptr, sw.metadata.data.ptr    # one shared weight: strides stay 0
+        if weights is not None:   # CUTLASS steps A and E by stride / kSparse: twice the stored sizes
+            f["batch_stride_a"], f["batch_stride_e"] = 2 * sw.values[0].size, 2 * sw.metadata[0].size
         f["b"], f["c"], f["d"] = x.data.ptr, c_full.data.ptr, d.data.ptr
         f["lda"], f["lde"] = k_stored // 2, sw.metadata_ld
         f["ldb"], f["ldc"], f["ldd"] = ldb, n, n

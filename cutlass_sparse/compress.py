@@ -109,6 +109,8 @@ def prune_2to4(dense):
 
     numpy or cupy [M, K] in, the same type out. K need not be a multiple of the group.
     """
+    if getattr(dense, "ndim", None) == 3:   # a batch: the same rule for every matrix
+        return prune_2to4(dense.reshape(-1, dense.shape[-1])).reshape(dense.shape)
     xp, name = _check_matrix(dense, "dense")
     pattern = PATTERNS[name]
     m, k = dense.shape
@@ -244,6 +246,45 @@ class SparseMatrix:
         return dense.reshape(m_pad, k_pad)[:m, :k].copy().view(self.dtype)
 
 
+@dataclass
+class SparseBatch:
+    """A batch of structured-sparse [M, K] matrices of one shape, compressed (sm80 layout)
+    into stacked arrays with one stride per matrix, as CUTLASS's batched mode reads them."""
+
+    shape: tuple[int, int]          # logical (M, K) of each matrix
+    dtype: np.dtype
+    values: object                  # [batch, M_pad, K_pad/2]
+    metadata: object                # [batch, words/2, 2*M_pad]
+    layout: str = LAYOUT_SM80
+
+    @property
+    def batch(self) -> int:
+        return self.values.shape[0]
+
+    def __getitem__(self, i: int) -> SparseMatrix:
+        return SparseMatrix(self.shape, self.dtype, self.values[i], self.metadata[i], self.layout)
+
+    @property
+    def padded_shape(self) -> tuple[int, int]:
+        return self[0].padded_shape
+
+    @property
+    def metadata_ld(self) -> int:
+        return self[0].metadata_ld
+
+    @property
+    def element(self) -> str:
+        return dtypes.operand_name(self.dtype)
+
+    @property
+    def is_device(self) -> bool:
+        return dtypes.array_module(self.values) is not np
+
+    def to_dense(self):
+        xp = dtypes.array_module(self.values)
+        return xp.stack([self[i].to_dense() for i in range(self.batch)])
+
+
 def default_layout(dense) -> str:
     """The metadata layout of the kernel family that will run on dense's device: sm90 for a
     cupy fp16/bf16 matrix on an sm_90 GPU whose K that family takes (a multiple of 16),
@@ -257,11 +298,15 @@ def default_layout(dense) -> str:
 def compress(dense, layout: str | None = None) -> SparseMatrix:
     """Compress a structured-sparse [M, K] matrix for one kernel family's layout.
 
-    fp16/bf16/int8 must be 2:4 along K; float32 (run as tf32) 1:2. layout: "sm80" (numpy
+    A 3-D [batch, M, K] array gives a SparseBatch (sm80 layout; cs.matmul runs it in
+    CUTLASS's batched mode). fp16/bf16/int8 must be 2:4 along K; float32 (run as tf32)
+    1:2. layout: "sm80" (numpy
     or cupy; any shape; every type) or "sm90" (fp16/bf16 cupy on an sm_90 GPU, K a
     multiple of 16). Default: "sm90" where that applies, else "sm80".
     Raises ValueError naming the first row and group with too many non-zeros.
     """
+    if getattr(dense, "ndim", None) == 3:
+        return _compress_batch(dense, layout)
     xp, element = _check_matrix(dense, "dense")
     pattern = PATTERNS[element]
     layout = layout or default_layout(dense)
@@ -322,3 +367,19 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     stored[_reorder_offsets(xp, m_pad, words_per_row, np.dtype(word).itemsize).reshape(-1)] = words.reshape(-1)
     metadata = stored.reshape(words_per_row // 2, 2 * m_pad)
     return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout)
+
+
+def _compress_batch(dense, layout):
+    xp = dtypes.array_module(dense)
+    if layout not in (None, LAYOUT_SM80):
+        raise ValueError(f"a batch of matrices compresses for layout 'sm80' (CUTLASS 2.x batched mode), not {layout!r}")
+    if dense.shape[0] == 0:
+        raise ValueError("dense has a batch of 0 matrices")
+    parts = []
+    for i in range(dense.shape[0]):
+        try:
+            parts.append(compress(dense[i], LAYOUT_SM80))
+        except ValueError as exc:
+            raise ValueError(f"matrix {i} of the batch: {exc}") from None
+    return SparseBatch(parts[0].shape, parts[0].dtype, xp.stack([p.values for p in parts]),
+                       xp.stack([p.metadata for p in parts]), LAYOUT_SM80)

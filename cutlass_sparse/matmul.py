@@ -5,7 +5,7 @@ family's run path launches (sm80.run, sm90.run, batched.matmul).
 from __future__ import annotations
 
 from . import batched, catalog, dtypes, operands, selection, sm80, sm90
-from .compress import SparseMatrix
+from .compress import SparseBatch, SparseMatrix
 from .description import SparseGemmConfig
 
 
@@ -18,8 +18,9 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     """y = activation(alpha * (sw @ x) + beta * c + bias), by a CUTLASS 2:4 sparse tensor-core kernel.
 
     sw: SparseMatrix [M, K] (from cs.compress, on the device). x: device array [K, N],
-    row- or column-major, same dtype as sw; or [batch, K, N] (sm80: one launch of the
-    kernel's batched mode, sw shared by the batch; out and c are then [batch, M, N]). c (read when beta != 0) and out: [M, N]
+    row- or column-major, same dtype as sw; or [batch, K, N] (sw shared by the batch; out
+    and c are then [batch, M, N]). sw may also be a SparseBatch (cs.compress of a
+    [batch, M, K] array): each matrix times its x[i], or times one shared 2-D x. c (read when beta != 0) and out: [M, N]
     row-major of the output dtype (x's dtype, or f32 with out_dtype="f32"). Returns a
     CuPy [M, N] row-major array (`out` if given). Runs on the current CuPy stream and
     never synchronizes. `info`, if a dict, receives what was chosen.
@@ -47,6 +48,10 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     import cupy
 
     # -- operands ---------------------------------------------------------------
+    if isinstance(sw, SparseBatch):
+        return batched.matmul(sw, operands.as_device_array(x, "x"), out=out, alpha=alpha, beta=beta, c=c,
+                              bias=bias, activation=activation, leaky_slope=leaky_slope, out_dtype=out_dtype,
+                              config=config, family=family, split_k=split_k, info=info)
     if not isinstance(sw, SparseMatrix):
         raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (from cs.compress), got {type(sw).__name__}")
     family = family or sw.layout

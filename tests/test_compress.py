@@ -234,3 +234,22 @@ def test_tf32_is_one_of_two_with_half_pair_nibbles():
     np.testing.assert_array_equal(sw.metadata.reshape(-1), reference_reorder_any(plain, m_pad))
     with pytest.raises(ValueError, match="not 1:2 sparse: row 0, columns 0..1 hold 2 non-zeros"):
         cs.compress(dense, layout="sm80")
+
+
+def test_a_batch_compresses_matrix_by_matrix_into_stacked_arrays():
+    rng = np.random.default_rng(11)
+    dense = cs.prune_2to4(rng.standard_normal((3, 40, 72)).astype(np.float16))
+    batch = cs.compress(dense)
+    assert batch.batch == 3 and batch.shape == (40, 72) and batch.layout == "sm80"
+    for i in range(3):
+        one = cs.compress(dense[i])
+        np.testing.assert_array_equal(batch.values[i], one.values)
+        np.testing.assert_array_equal(batch.metadata[i], one.metadata)
+    np.testing.assert_array_equal(batch.to_dense(), dense)
+    assert batch.padded_shape == (64, 128) and batch.metadata_ld == 128
+    bad = dense.copy()
+    bad[2, 5, :4] = 1
+    with pytest.raises(ValueError, match="matrix 2 of the batch: dense is not 2:4 sparse: row 5"):
+        cs.compress(bad)
+    with pytest.raises(ValueError, match="compresses for layout 'sm80'"):
+        cs.compress(dense, layout="sm90")

@@ -257,3 +257,20 @@ def test_sm90_batch_runs_as_one_wide_gemm(per_batch_layout):
     assert y.shape == (batch, m, n)
     for i in range(batch):
         assert_close(y[i], expect(w, xs[i], 1.0, 1.0, c[i], activation="silu"), "f16")
+
+
+@pytest.mark.parametrize("shared_x", [False, True])
+def test_a_batch_of_weights(shared_x):
+    import cupy
+
+    batch, m, n, k = 3, 200, 48, 256
+    rng = cupy.random.default_rng(101)
+    ws = cs.prune_2to4(rng.standard_normal((batch, m, k), dtype=cupy.float32).astype(cupy.float16))
+    sws = cs.compress(ws)
+    xs = rng.standard_normal((k, n) if shared_x else (batch, k, n), dtype=cupy.float32).astype(cupy.float16)
+    y = cs.matmul(sws, xs, activation="relu")
+    assert y.shape == (batch, m, n)
+    for i in range(batch):
+        assert_close(y[i], expect(ws[i], xs if shared_x else xs[i], activation="relu"), "f16")
+    with pytest.raises(ValueError, match=r"must be \[3, K, N\]"):
+        cs.matmul(sws, cupy.stack([xs] * 2) if shared_x else xs[:2])
