@@ -8,15 +8,21 @@ serves every x of the same shape, dtype, strides and device. For the common case
 one K slice, M and K on whole tiles) a call only checks x and out against the plan,
 writes three pointers into a copy of the argument block and launches: no allocation
 when `out` is given, no synchronization, so it can be captured in a CUDA graph. Other
-cases run cs.matmul with the plan's kernel pinned (same result, more host time).
+cases (sm90, split-K, padded M or K) run cs.matmul with the plan's options: the same
+result and kernel choice, more host time.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from . import arguments
 from .matmul import matmul
 from .operands import as_device_array, output_type, with_bias
 
 
 class Plan:
+    """cs.matmul(sw, x, **options) made once, called per x (see the module docstring)."""
+
     def __init__(self, sw, x, **options):
         import cupy
 
@@ -71,6 +77,18 @@ class Plan:
         self.align_out = record["alignment_c"] * self.np_out.itemsize
         if self.c_bias is not None and (self.c_bias.data.ptr % self.align_out or record["ldc"] != record["ldd"]):
             self.direct = False
+        # The hot path writes three pointers into a copy of the block seen as 64-bit words
+        # and hands the bytes to the loaded function: no field lookups, no dtype building.
+        layout = arguments.SM80_GEMM.dtype
+        self.word_b, self.word_c, self.word_d = (layout.fields[f][1] // 8 for f in ("b", "c", "d"))
+        self.words = self.block.view(np.uint64).copy()
+        if self.c_bias is not None:
+            self.words[self.word_c] = self.c_bias.data.ptr
+        compiled = launch.kernel.compiled
+        self.function = launch.kernel.function(self.x_key[3], compiled.symbol, compiled.shared_bytes)
+        self.record = np.dtype((np.void, layout.itemsize))
+        self.threads = (compiled.threads, 1, 1)
+        self.shared_bytes = compiled.shared_bytes
 
     def __call__(self, x, out=None):
         if not self.direct:
@@ -79,7 +97,7 @@ class Plan:
 
         if not isinstance(x, cupy.ndarray):
             x = as_device_array(x, "x")
-        if (x.shape, x.dtype, x.strides, x.device.id) != self.x_key:
+        if (x.shape, x.dtype, x.strides, x.data.device_id) != self.x_key:
             raise ValueError(f"x is {x.shape} {x.dtype} with strides {x.strides} on device {x.device.id}; "
                              f"this plan was made for {self.x_key[0]} {self.x_key[1]} with strides "
                              f"{self.x_key[2]} on device {self.x_key[3]}: make another plan")
@@ -89,16 +107,17 @@ class Plan:
             with cupy.cuda.Device(self.x_key[3]):
                 out = cupy.empty(self.out_shape, dtype=self.np_out)
         elif not (isinstance(out, cupy.ndarray) and out.shape == self.out_shape and out.dtype == self.np_out
-                  and out.strides == self.out_strides and out.device.id == self.x_key[3]):
+                  and out.strides == self.out_strides and out.data.device_id == self.x_key[3]):
             raise ValueError(f"out must be a row-major {self.out_shape} {self.np_out} cupy array with strides "
                              f"{self.out_strides} on device {self.x_key[3]}")
         elif out.data.ptr % self.align_out:
             raise ValueError(f"out at {out.data.ptr:#x} is not {self.align_out}-byte aligned for this plan")
-        block = self.block.copy()
-        f = block[0]
-        f["b"], f["d"] = x.data.ptr, out.data.ptr
-        f["c"] = out.data.ptr if self.c_bias is None else self.c_bias.data.ptr
-        self.launch.kernel.launch(self.x_key[3], self.launch.grid, block)
+        words = self.words.copy()      # a copy per call: plans may be shared between threads
+        words[self.word_b] = x.data.ptr
+        words[self.word_d] = out.data.ptr
+        if self.c_bias is None:
+            words[self.word_c] = out.data.ptr
+        self.function(self.launch.grid, self.threads, (words.view(self.record),), shared_mem=self.shared_bytes)
         return out
 
 
