@@ -14,7 +14,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
            config: str | SparseGemmConfig | None = None, family: str | None = None,
            split_k: int | None = None, split_k_mode: str | None = None, workspace=None,
            autotune: bool = False, force_profile: bool = False,
-           info: dict | None = None, _record: dict | None = None, _tile: tuple | None = None):
+           info: dict | None = None, _record: dict | None = None, _choice=None):
     """y = activation(alpha * (sw @ x) + beta * c + bias), by a CUTLASS 2:4 sparse tensor-core kernel.
 
     sw: SparseMatrix [M, K] (from cs.compress, on the device). x: device array [K, N],
@@ -99,21 +99,22 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         workspace = operands.as_device_array(workspace, "workspace")
         operands.check_same_device(workspace, "workspace", device_id)
     with cupy.cuda.Device(device_id):
-        if config is None and _tile is None and split_k is None and split_k_mode is None:
+        if config is None and _choice is None and split_k is None and split_k_mode is None:
             from . import profiler
 
             choice = profiler.choice_for(sw, x, family, element, element_out, layout_b, activation, out_dtype,
                                          autotune, force_profile)
             if choice is not None:
-                _tile, split_k, split_k_mode = choice.tile, choice.split_k, choice.split_k_mode
+                _choice, split_k, split_k_mode = choice, choice.split_k, choice.split_k_mode
         if bias is not None:
             c, beta = operands.with_bias(bias, c, beta, m, n, np_out, device_id), 1.0
         if family == "sm90":
             return sm90.run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info,
-                                split_k, workspace, activation, leaky_slope, _tile)
+                                split_k, workspace, activation, leaky_slope, _choice)
         split = sm80.Split(split_k or 1, split_k_mode or "serial")
         return sm80.run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
-                            split, workspace, activation, leaky_slope, _record, _tile)
+                            split, workspace, activation, leaky_slope, _record,
+                            None if _choice is None else _choice.tile)
 
 
 

@@ -26,6 +26,9 @@ from .cache import default_cache
 
 SPLITS_SM80 = ((1, "serial"), (2, "serial"), (4, "serial"), (2, "parallel"), (4, "parallel"), (8, "parallel"))
 SPLITS_SM90 = (1, 2, 4, 8)
+# sm90: the tile scheduler's rasterization group is a run-time argument (same binary), so
+# the profiler tries a few; sm80's swizzle is compiled in and stays the catalog's.
+SWIZZLES_SM90 = (1, 2, 4)
 
 
 def bucket(value: int, exact_below: int = 0) -> int:
@@ -65,23 +68,25 @@ class Choice:
     tile: tuple
     split_k: int = 1
     split_k_mode: str = "serial"
+    swizzle: int | None = None      # sm90 only; None: the catalog's
 
     @property
     def label(self) -> str:
         tb, _, stages, cluster, schedule, scheduler = self.tile
         text = f"{tb[0]}x{tb[1]}x{tb[2]}"
         text += f"_{stages}st" if self.family == "sm80" else f"_c{cluster[0]}x{cluster[1]}_{schedule}_{scheduler}"
+        text += f" swizzle {self.swizzle}" if self.swizzle else ""
         return text + (f" split {self.split_k} {self.split_k_mode}" if self.split_k > 1 else "")
 
     def to_json(self) -> dict:
         return {"family": self.family, "tile": _plain(self.tile), "split_k": self.split_k,
-                "split_k_mode": self.split_k_mode, "name": self.label}
+                "split_k_mode": self.split_k_mode, "swizzle": self.swizzle, "name": self.label}
 
     @classmethod
     def from_json(cls, data: dict) -> "Choice":
         tb, warps, stages, cluster, schedule, scheduler = data["tile"]
         tile = (tuple(tb), tuple(warps), stages, tuple(cluster), schedule, scheduler)
-        return cls(data["family"], tile, data["split_k"], data["split_k_mode"])
+        return cls(data["family"], tile, data["split_k"], data["split_k_mode"], data.get("swizzle"))
 
 
 def _plain(value):
@@ -108,7 +113,9 @@ def candidates(family: str, k: int, element: str = "f16") -> list[Choice]:
             splits = [(s, "serial") for s in SPLITS_SM90 if s <= k_tiles]
         else:
             splits = [(1, "serial")]
-        out += [Choice(family, tile, s, mode) for s, mode in splits]
+        swizzles = SWIZZLES_SM90 if family == "sm90" else (None,)
+        out += [Choice(family, tile, s, mode, None if z == catalog.load(family).swizzle else z)
+                for s, mode in splits for z in swizzles]
     return out
 
 
@@ -180,7 +187,7 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
         for i, choice in enumerate(choices):
             def call(choice=choice):
                 return matmul(sw, x, out=y, out_dtype=out_dtype, activation=activation, family=family,
-                              _tile=choice.tile, split_k=choice.split_k, split_k_mode=choice.split_k_mode)
+                              _choice=choice, split_k=choice.split_k, split_k_mode=choice.split_k_mode)
             try:
                 y.fill(0)
                 call()

@@ -158,7 +158,7 @@ def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig
     workspace_ptr = 0 if workspace is None else workspace.data.ptr
     signature = (compiled.key, device_id, sw.values.data.ptr, sw.metadata.data.ptr, x.data.ptr,
                  c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, m, n, k, float(alpha), float(beta),
-                 scheduling, workspace_ptr, float(activation_arg))
+                 scheduling, workspace_ptr, float(activation_arg), config.swizzle)
     with _params_lock:
         ready = _params_cache.get(signature)
         if ready is not None:
@@ -219,7 +219,7 @@ def _prepared_for(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k,
                   scheduling) -> Prepared:
     import cupy
 
-    shape_key = (compiled.key, device_id, m, n, k, ldb, ldc, ldd, scheduling)
+    shape_key = (compiled.key, device_id, m, n, k, ldb, ldc, ldd, scheduling, swizzle)   # swizzle: the grid
     prepared = _prepared.get(shape_key)
     if prepared is None:
         with _prepared_lock:
@@ -262,7 +262,7 @@ def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k,
 
 
 def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info, split_k,
-        workspace, activation, leaky_slope, tile=None):
+        workspace, activation, leaky_slope, choice=None):
     """cs.matmul's sm90 path, operands checked: TMA's rules, the kernel, the launch."""
     import cupy
 
@@ -282,7 +282,9 @@ def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config,
                     f"TMA rule: 16-byte aligned address and leading dimension a multiple of {16 // item} "
                     f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
         config, scheduling = resolve(m, n, k, x.device.id, element, element_out, layout_b, config, split_k,
-                                     activation, tile)
+                                     activation, None if choice is None else choice.tile)
+        if choice is not None and choice.swizzle:
+            config = dataclasses.replace(config, swizzle=choice.swizzle)   # a run-time argument of sm90
         matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace, leaky_slope)
         return d
 
