@@ -87,3 +87,11 @@ def test_profiler_table_format():
             profiler.Row(choice, None, None, "wrong: relative error 1.0e+00")]
     text = profiler.format_table(rows)
     assert "1.00" in text and "0.50" in text and "wrong" in text
+
+
+def test_sm90_candidates_vary_the_run_time_swizzle():
+    choices = profiler.candidates("sm90", 4096)
+    assert {c.swizzle for c in choices} == {None, 2, 4}     # None: the catalog's (1)
+    choice = next(c for c in choices if c.swizzle == 4)
+    assert profiler.Choice.from_json(choice.to_json()) == choice and "swizzle 4" in choice.label
+    assert all(c.swizzle is None for c in profiler.candidates("sm80", 4096))   # compiled in on sm80
