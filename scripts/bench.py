@@ -65,8 +65,7 @@ def bench_one(m, n, k, dtype, family, rng, tune=False):
     err = reference.relative_error(y, reference.to_float32(y_dense))
     flops = 2.0 * m * n * k
     row = {"m": m, "n": n, "k": k, "dtype": dtype, "config": info["config"], "split_k": info.get("split_k", 1),
-           "rel_err": err,
-           "ok": err <= TOLERANCE[dtype]}
+           "rel_err": err, "ok": err <= TOLERANCE[dtype]}
     row["ours_ms"] = reference.kernel_median_ms(lambda: cs.matmul(sw, x, out=y))
     row["dense_ms"] = reference.kernel_median_ms(lambda: cupy.matmul(w, x, out=y_dense))
     peer = cusparselt(w, x)
