@@ -64,7 +64,7 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
         cat = catalog.for_element(sm80.FAMILY, element)
         tile = config.threadblock if config else selection.choose_tile(cat, m_pad, n, k, sm_count)[0]
         k_eff = cdiv(k, tile[2]) * tile[2]
-        if k_eff != k:   # whole K tiles (see _matmul_sm80): zero rows appended to every x[i]
+        if k_eff != k:   # whole K tiles (see sm80.run): zero rows appended to every x[i]
             x_full = cupy.zeros((batch, k_eff, n), dtype=x.dtype)
             if layout_b == "col":
                 x_full = cupy.zeros((batch, n, k_eff), dtype=x.dtype).transpose(0, 2, 1)

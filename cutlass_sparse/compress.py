@@ -151,7 +151,8 @@ def _reorder_offsets(xp, m_pad: int, words_per_row: int, word_bytes: int = 2):
 
 @dataclass
 class SparseMatrix:
-    """A 2:4 sparse [M, K] matrix, compressed for one kernel family's metadata layout."""
+    """A structured-sparse [M, K] matrix (2:4; 1:2 for tf32), compressed for one kernel family's
+    metadata layout."""
 
     shape: tuple[int, int]          # logical (M, K)
     dtype: np.dtype
