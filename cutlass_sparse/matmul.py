@@ -158,6 +158,8 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
     with no copy (Fortran-ordered; its .T is contiguous, and a following cs.linear reads
     it as it is). Other options go to cs.matmul.
     """
+    if not isinstance(sw, SparseMatrix):
+        raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (one weight), got {type(sw).__name__}")
     x = operands.as_device_array(x, "x")
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D [tokens, K], got shape {x.shape}")
