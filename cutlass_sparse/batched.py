@@ -16,16 +16,12 @@ from .selection import cdiv
 def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, family,
            split_k, info):
     """sw [M, K] times each x[i] [K, N] (A and E shared: batch stride 0), or each matrix of
-    a SparseBatch times its x[i] (or one shared x): CUTLASS's batched mode, one launch."""
+    a SparseBatch times its x[i] (or one shared x): CUTLASS's batched mode, one launch.
+    Reached through cs.matmul, which has checked sw, family (a SparseBatch is sm80) and config."""
     import cupy
 
-    if not sw.is_device:
-        raise TypeError("sw holds host (numpy) arrays; compress a cupy array")
-    family = family or sw.layout
     weights = sw.batch if isinstance(sw, SparseBatch) else None
     if weights is not None:
-        if family != "sm80":
-            raise ValueError("a SparseBatch runs on the sm80 family (CUTLASS 2.x batched mode)")
         if x.ndim == 2:      # one x for every matrix: batch stride 0
             x = cupy.broadcast_to(x, (weights,) + x.shape)
         elif x.ndim != 3 or x.shape[0] != weights:
@@ -36,8 +32,6 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
                                  info=info)
     if split_k not in (None, 1):
         raise ValueError("split_k cannot be combined with a batched x (the batch takes the grid's third dimension)")
-    if isinstance(config, str):
-        config = catalog.find(config, family)
     batch, k_rows, n = x.shape
     m, k = sw.shape
     if batch == 0:
@@ -100,17 +94,13 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
         alignment_c = sm80.widest_alignment(selection.output_alignments(cat, element_out), 0, 1, n)
         launch = sm80.resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
                               arch, sm_count, config, sm80.Split(), activation)
-        block = launch.block.copy()
+        block = sm80.gemm_block(launch, sw, x.data.ptr, c_full.data.ptr, d.data.ptr, ldb, n, n, alpha, beta_eff,
+                                leaky_slope, slice_stride=m_pad * n)
         f = block[0]
         f["mode"], f["batch_count"] = sm80.MODE_BATCHED, batch
-        f["batch_stride_b"], f["batch_stride_c"], f["batch_stride_d"] = x.strides[0] // item, stride_c, m_pad * n
-        f["a"], f["e"] = sw.values.data.ptr, sw.metadata.data.ptr    # one shared weight: strides stay 0
+        f["batch_stride_b"], f["batch_stride_c"] = x.strides[0] // item, stride_c
         if weights is not None:   # CUTLASS steps A and E by stride / kSparse: twice the stored sizes
             f["batch_stride_a"], f["batch_stride_e"] = 2 * sw.values[0].size, 2 * sw.metadata[0].size
-        f["b"], f["c"], f["d"] = x.data.ptr, c_full.data.ptr, d.data.ptr
-        f["lda"], f["lde"] = k_stored // 2, sw.metadata_ld
-        f["ldb"], f["ldc"], f["ldd"] = ldb, n, n
-        f["alpha"], f["beta"], f["activation_arg"] = alpha, beta_eff, leaky_slope
         launch.kernel.launch(device_id, (launch.grid[0], launch.grid[1], batch), block)
         if info is not None:
             info.update(config=launch.kernel.compiled.config.name, arch=arch, batch=batch, k_padded=k_eff != k)

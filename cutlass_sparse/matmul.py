@@ -48,11 +48,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     import cupy
 
     # -- operands ---------------------------------------------------------------
-    if isinstance(sw, SparseBatch):
-        return batched.matmul(sw, operands.as_device_array(x, "x"), out=out, alpha=alpha, beta=beta, c=c,
-                              bias=bias, activation=activation, leaky_slope=leaky_slope, out_dtype=out_dtype,
-                              config=config, family=family, split_k=split_k, info=info)
-    if not isinstance(sw, SparseMatrix):
+    if not isinstance(sw, (SparseMatrix, SparseBatch)):
         raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (from cs.compress), got {type(sw).__name__}")
     family = family or sw.layout
     if family not in ("sm80", "sm90"):
@@ -65,10 +61,10 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     if not sw.is_device:
         raise TypeError("sw holds host (numpy) arrays; call sw.to_device() or compress a cupy array")
     x = operands.as_device_array(x, "x")
-    if x.ndim == 3:
+    if isinstance(sw, SparseBatch) or x.ndim == 3:
         return batched.matmul(sw, x, out=out, alpha=alpha, beta=beta, c=c, bias=bias, activation=activation,
-                               leaky_slope=leaky_slope, out_dtype=out_dtype, config=config, family=family,
-                               split_k=split_k, info=info)
+                              leaky_slope=leaky_slope, out_dtype=out_dtype, config=config, family=family,
+                              split_k=split_k, info=info)
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D [K, N] (or 3-D [batch, K, N]), got shape {x.shape}")
     if x.dtype != sw.dtype:
@@ -99,28 +95,39 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         workspace = operands.as_device_array(workspace, "workspace")
         operands.check_same_device(workspace, "workspace", device_id)
     with cupy.cuda.Device(device_id):
-        if config is None and _choice is None and split_k is None and split_k_mode is None:
-            from . import profiler
-
-            choice = profiler.choice_for(sw, x, family, element, element_out, layout_b, activation, out_dtype,
-                                         autotune, force_profile)
-            if choice is not None:
-                _choice, split_k, split_k_mode = choice, choice.split_k, choice.split_k_mode
+        if _choice is None:
+            _choice, split_k, split_k_mode = _profiled(sw, x, family, element, element_out, layout_b, activation,
+                                                       out_dtype, config, split_k, split_k_mode,
+                                                       autotune, force_profile)
         if bias is not None:
             c, beta = operands.with_bias(bias, c, beta, m, n, np_out, device_id), 1.0
         if family == "sm90":
             return sm90.run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info,
-                                split_k, workspace, activation, leaky_slope, _choice)
+                            split_k, workspace, activation, leaky_slope, _choice)
         split = sm80.Split(split_k or 1, split_k_mode or "serial")
         return sm80.run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
-                            split, workspace, activation, leaky_slope, _record,
-                            None if _choice is None else _choice.tile)
+                        split, workspace, activation, leaky_slope, _record,
+                        None if _choice is None else _choice.tile)
 
 
+def _profiled(sw, x, family, element, element_out, layout_b, activation, out_dtype, config, split_k,
+              split_k_mode, autotune=False, force=False):
+    """(profiler choice or None, split_k, split_k_mode): a recorded winner (profiling first
+    if asked) applies when the caller names neither a kernel nor a split."""
+    if config is not None or split_k is not None or split_k_mode is not None:
+        return None, split_k, split_k_mode
+    from . import profiler
+
+    choice = profiler.choice_for(sw, x, family, element, element_out, layout_b, activation, out_dtype,
+                                 autotune, force)
+    if choice is None:
+        return None, split_k, split_k_mode
+    return choice, choice.split_k, choice.split_k_mode
 
 
 def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseGemmConfig | None = None,
-                   family: str | None = None, split_k: int | None = None, split_k_mode: str | None = None) -> int:
+                   family: str | None = None, split_k: int | None = None, split_k_mode: str | None = None,
+                   activation: str = "identity") -> int:
     """Bytes of workspace cs.matmul needs for these operands and options (0 when none).
 
     Pass a buffer at least this large as matmul(..., workspace=buf) to keep a call free of
@@ -133,19 +140,25 @@ def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseG
         config = catalog.find(config, family)
     m, k = sw.shape
     n = x.shape[1]
-    if family == "sm80":
-        split = sm80.Split(split_k or 1, split_k_mode or "serial")
-        m_pad = sw.padded_shape[0]
-        tile = config.threadblock if config else \
-            selection.choose_tile(catalog.for_element(sm80.FAMILY, dtypes.operand_name(sw.dtype)), m_pad, n, k,
-                                  operands.device_facts(x.device.id)[1])[0]
-        return sum(sm80.workspace_parts(m_pad, n, tile, split))
-    from . import sm90
-
     element = dtypes.operand_name(sw.dtype)
     element_out = operands.output_type(element, out_dtype)
     layout_b, _ = operands.matrix_layout(x, "x")
-    config, scheduling = sm90.resolve(m, n, k, x.device.id, element, element_out, layout_b, config, split_k)
+    # The same kernel choice as matmul's, a profiler record included.
+    choice, split_k, split_k_mode = _profiled(sw, x, family, element, element_out, layout_b, activation,
+                                              out_dtype, config, split_k, split_k_mode)
+    if family == "sm80":
+        split = sm80.Split(split_k or 1, split_k_mode or "serial")
+        m_pad = sw.padded_shape[0]
+        if config is not None:
+            tile = config.threadblock
+        elif choice is not None:
+            tile = choice.tile[0]
+        else:
+            tile = selection.choose_tile(catalog.for_element(sm80.FAMILY, element), m_pad, n, k,
+                                         operands.device_facts(x.device.id)[1])[0]
+        return sum(sm80.workspace_parts(m_pad, n, tile, split))
+    config, scheduling = sm90.resolve(m, n, k, x.device.id, element, element_out, layout_b, config, split_k,
+                                      activation, choice)
     return sm90.workspace_size(config, x.device.id, m, n, k, scheduling)
 
 

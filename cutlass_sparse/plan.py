@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import arguments
+from . import arguments, sm80
 from .matmul import matmul
 from .operands import as_device_array, output_type, with_bias
 
@@ -60,30 +60,24 @@ class Plan:
         return dtypes.numpy_dtype(output_type(dtypes.operand_name(sw.dtype), out_dtype))
 
     def _prepare_direct(self, sw, x, record):
-        launch = record["launch"]
-        self.launch = launch
-        self.block = launch.block.copy()
-        f = self.block[0]
-        f["a"], f["e"] = sw.values.data.ptr, sw.metadata.data.ptr
-        f["lda"], f["lde"] = sw.padded_shape[1] // 2, sw.metadata_ld
-        f["ldb"], f["ldc"], f["ldd"] = record["ldb"], record["ldc"], record["ldd"]
-        f["alpha"], f["beta"] = float(self.options.get("alpha", 1.0)), self.beta
-        f["activation_arg"] = float(self.options.get("leaky_slope", 0.01))
-        self.item_x = x.dtype.itemsize
         self.np_out = self.example_out.dtype
         self.out_shape = (sw.shape[0], x.shape[1])
         self.out_strides = (record["ldd"] * self.np_out.itemsize, self.np_out.itemsize)
-        self.align_x = record["alignment_b"] * self.item_x
+        self.align_x = record["alignment_b"] * x.dtype.itemsize
         self.align_out = record["alignment_c"] * self.np_out.itemsize
         if self.c_bias is not None and (self.c_bias.data.ptr % self.align_out or record["ldc"] != record["ldd"]):
             self.direct = False
-        # The hot path writes three pointers into a copy of the block seen as 64-bit words
-        # and hands the bytes to the loaded function: no field lookups, no dtype building.
+            return
+        # The hot path writes pointers into a copy of the argument block seen as 64-bit
+        # words and hands the bytes to the loaded function: no field lookups, no dtype building.
+        self.launch = launch = record["launch"]
+        c_ptr = 0 if self.c_bias is None else self.c_bias.data.ptr
+        block = sm80.gemm_block(launch, sw, 0, c_ptr, 0, record["ldb"], record["ldc"], record["ldd"],
+                                float(self.options.get("alpha", 1.0)), self.beta,
+                                float(self.options.get("leaky_slope", 0.01)))
         layout = arguments.SM80_GEMM.dtype
         self.word_b, self.word_c, self.word_d = (layout.fields[f][1] // 8 for f in ("b", "c", "d"))
-        self.words = self.block.view(np.uint64).copy()
-        if self.c_bias is not None:
-            self.words[self.word_c] = self.c_bias.data.ptr
+        self.words = block.view(np.uint64).copy()
         compiled = launch.kernel.compiled
         self.function = launch.kernel.function(self.x_key[3], compiled.symbol, compiled.shared_bytes)
         self.record = np.dtype((np.void, layout.itemsize))

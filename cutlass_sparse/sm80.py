@@ -142,11 +142,11 @@ def resolve_reduction(element_out: str, alignment: int, activation: str, arch: s
     return Launch(kernel, grid, arguments.REDUCE_SPLIT_K.new_block())
 
 
-def reduction_alignment(element_out: str, n: int, *operands: tuple[int, int, int]) -> int:
+def reduction_alignment(element_out: str, n: int, *arrays: tuple[int, int, int]) -> int:
     """Widest vector the reduction may use: N, the partials' ld and each (ptr, ld, itemsize)."""
     for a in selection.output_alignments(FAMILY, element_out):   # float outputs only (sm80.toml)
         if n % a == 0 and partial_ld(n) % a == 0 and all(
-                ptr % (a * item) == 0 and ld % a == 0 for ptr, ld, item in operands):
+                ptr % (a * item) == 0 and ld % a == 0 for ptr, ld, item in arrays):
             return a
     return 1
 
@@ -165,17 +165,19 @@ def take_workspace(workspace, nbytes: int):
     return workspace
 
 
-def launch_gemm(launch: Launch, device_id, sw, x, c_ptr, d_ptr, ldb, ldc, ldd, alpha, beta, activation_arg,
-                semaphore_ptr=0, slice_stride=0) -> None:
+def gemm_block(launch: Launch, sw, b_ptr, c_ptr, d_ptr, ldb, ldc, ldd, alpha, beta, activation_arg,
+               semaphore_ptr=0, slice_stride=0) -> np.ndarray:
+    """The GEMM's argument block for these operands: the resolved template plus pointers,
+    leading dimensions and scalars (sw's A and E, its stored ld's)."""
     block = launch.block.copy()
     fields = block[0]
     fields["a"], fields["e"] = sw.values.data.ptr, sw.metadata.data.ptr
-    fields["b"], fields["c"], fields["d"] = x.data.ptr, c_ptr, d_ptr
+    fields["b"], fields["c"], fields["d"] = b_ptr, c_ptr, d_ptr
     fields["semaphore"], fields["batch_stride_d"] = semaphore_ptr, slice_stride
     fields["lda"], fields["lde"] = sw.padded_shape[1] // 2, sw.metadata_ld
     fields["ldb"], fields["ldc"], fields["ldd"] = ldb, ldc, ldd
     fields["alpha"], fields["beta"], fields["activation_arg"] = alpha, beta, activation_arg
-    launch.kernel.launch(device_id, launch.grid, block)
+    return block
 
 
 def launch_reduction(launch: Launch, device_id, partials_ptr, gemm: Launch, m, n, c_ptr, ldc, d_ptr, ldd,
@@ -229,7 +231,7 @@ def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out,
         x_full[:k] = x
         x, ldb = x_full, (n if layout_b == "row" else k_eff)
     alignment_b = widest_alignment(fam.alignments_b, x.data.ptr, x.dtype.itemsize, ldb,
-                                        n if layout_b == "row" else k_eff)
+                                   n if layout_b == "row" else k_eff)
     if alignment_b is None:
         raise ValueError(
             f"x (row-major, shape {tuple(x.shape)}, leading dimension {ldb}, address {x.data.ptr:#x}) "
@@ -249,29 +251,30 @@ def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out,
     if k_stored < k_eff:
         raise ValueError(f"sw stores K = {k_stored}, less than the {k_eff} this kernel runs over")
     launch = resolve(element, element_out, layout_b, alignment_b, alignment_c, m_pad, n, k, k_eff,
-                          arch, sm_count, config, split, activation, tile)
+                     arch, sm_count, config, split, activation, tile)
 
     # -- workspace and launches -----------------------------------------------
-    semaphore_bytes, partial_bytes = workspace_parts(m_pad, n, launch.kernel.compiled.config.threadblock,
-                                                          split)
+    semaphore_bytes, partial_bytes = workspace_parts(m_pad, n, launch.kernel.compiled.config.threadblock, split)
     space = take_workspace(workspace, semaphore_bytes + partial_bytes)
     if split.parallel:
         partials, ld_partials = space.data.ptr, partial_ld(n)
-        launch_gemm(launch, device_id, sw, x, partials, partials, ldb, ld_partials, ld_partials,
-                         1.0, 0.0, 0.0, slice_stride=m_pad * ld_partials)
+        block = gemm_block(launch, sw, x.data.ptr, partials, partials, ldb, ld_partials, ld_partials,
+                           1.0, 0.0, 0.0, slice_stride=m_pad * ld_partials)
+        launch.kernel.launch(device_id, launch.grid, block)
         c_src, ld_src = (c, operands.row_stride(c, n)) if beta != 0.0 else (d, ldd)
         ra = reduction_alignment(element_out, n, (d.data.ptr, ldd, np_out.itemsize),
-                                      (c_src.data.ptr, ld_src, np_out.itemsize))
+                                 (c_src.data.ptr, ld_src, np_out.itemsize))
         reduce = resolve_reduction(element_out, ra, activation, arch, m, n)
         launch_reduction(reduce, device_id, partials, launch, m, n, c_src.data.ptr, ld_src,
-                              d.data.ptr, ldd, alpha, beta, leaky_slope, m_pad)
+                         d.data.ptr, ldd, alpha, beta, leaky_slope, m_pad)
     else:
         semaphore = 0
         if split.serial:
             semaphore = space.data.ptr
             cupy.cuda.runtime.memsetAsync(semaphore, 0, semaphore_bytes, cupy.cuda.get_current_stream().ptr)
-        launch_gemm(launch, device_id, sw, x, c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, alpha, beta,
-                         leaky_slope, semaphore_ptr=semaphore)
+        block = gemm_block(launch, sw, x.data.ptr, c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, alpha, beta,
+                           leaky_slope, semaphore_ptr=semaphore)
+        launch.kernel.launch(device_id, launch.grid, block)
 
     if info is not None:
         compiled = launch.kernel.compiled

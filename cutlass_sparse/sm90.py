@@ -282,21 +282,21 @@ def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config,
                     f"TMA rule: 16-byte aligned address and leading dimension a multiple of {16 // item} "
                     f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
         config, scheduling = resolve(m, n, k, x.device.id, element, element_out, layout_b, config, split_k,
-                                     activation, None if choice is None else choice.tile)
-        if choice is not None and choice.swizzle:
-            config = dataclasses.replace(config, swizzle=choice.swizzle)   # a run-time argument of sm90
+                                     activation, choice)
         matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace, leaky_slope)
         return d
 
 
 def resolve(m, n, k, device_id, element, element_out, layout_b, config, split_k, activation="identity",
-            tile=None):
-    """The sm90 kernel and K decomposition for a problem (the caller's config, a profiled
-    tile, or the catalog's choice)."""
+            choice=None):
+    """The sm90 kernel and K decomposition for a problem (the caller's config, the
+    profiler's choice, or the catalog's)."""
     alignment_c = 16 // dtypes.numpy_dtype(element_out).itemsize
-    if config is None and tile is not None:
+    if config is None and choice is not None:
         splits = split_k or 1
-        config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
+        config = catalog.load("sm90").config(choice.tile, element, element_out, layout_b, 8, alignment_c)
+        if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
+            config = dataclasses.replace(config, swizzle=choice.swizzle)
     elif config is None:
         tile, splits = selection.choose_sm90(m, n, k, operands.device_facts(device_id)[1], split_k)
         config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
