@@ -91,14 +91,25 @@ def get(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -
     return found
 
 
-def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) -> CompiledKernel:
+def cached(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -> bool:
+    """Whether the cache already holds this kernel (no compiling)."""
+    return _lookup(config, normalize_arch(arch), cache or default_cache())[0] is not None
+
+
+def _lookup(config, arch, cache):
     emitted = emit(config)
     options = compiler.options_for(arch, emitted.options)
     key = cache_key(emitted, arch, options)
     entry = cache.get(key)
-    if entry is not None:
-        return CompiledKernel(config, arch, key, entry.cubin, entry.meta["constants"], True,
-                              entry.meta["compile_seconds"])
+    found = None if entry is None else CompiledKernel(config, arch, key, entry.cubin, entry.meta["constants"],
+                                                       True, entry.meta["compile_seconds"])
+    return found, emitted, options, key
+
+
+def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) -> CompiledKernel:
+    found, emitted, options, key = _lookup(config, arch, cache)
+    if found is not None:
+        return found
     compiled = compiler.compile_to_cubin(emitted.source, config.name, options, emitted.headers)
     for symbol, expected in emitted.entries.items():
         got = cubin.kernel_param_bytes(compiled.cubin, symbol)

@@ -225,9 +225,9 @@ def choice_for(sw, x, family, element, element_out, layout_b, activation, out_dt
     return recorded(signature, str(env.cache_path()))
 
 
-def _compile(choices, m, n, k, element, element_out, layout_b, activation, arch, sm_count, jobs, progress):
-    """Compile (in worker processes) every kernel the candidates need that is not cached."""
-    from . import sm80, warmup
+def candidate_configs(choices, m, n, k, element, element_out, layout_b, activation, sm_count) -> list:
+    """The kernels (GEMMs and, for parallel split-K, reductions) the candidates run."""
+    from . import sm80
     from .description import ReductionConfig
 
     base = selection.config_for_shape(m, n, k, element, element_out, layout_b, sm_count, choices[0].family)
@@ -242,10 +242,18 @@ def _compile(choices, m, n, k, element, element_out, layout_b, activation, arch,
             if split.parallel:
                 configs.append(ReductionConfig(element_out, sm80.reduction_alignment(element_out, n), activation))
         configs.append(config)
+    return configs
+
+
+def _compile(choices, m, n, k, element, element_out, layout_b, activation, arch, sm_count, jobs, progress):
+    """Compile (in worker processes) every kernel the candidates need that is not cached."""
+    from . import warmup
+
     def report(count, total, result):
         if progress:
             progress(count, total, f"compile {result[2]} {result[0]}")
 
+    configs = candidate_configs(choices, m, n, k, element, element_out, layout_b, activation, sm_count)
     warmup.compile_all(configs, arch, jobs=jobs, progress=report)
 
 

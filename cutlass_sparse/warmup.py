@@ -2,6 +2,7 @@
 optionally a deterministic share of the work per machine (--shard i/N)."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
@@ -65,24 +66,38 @@ def compile_all(configs, arch: str | None = None, jobs: int | None = None, progr
     configs: configurations (compiled for `arch`) or (configuration, arch) pairs.
     progress(done, total, result) is called as each finishes.
     """
-    items = [c if isinstance(c, tuple) else (c, arch) for c in configs]
-    work = [(c.to_json(), a) for c, a in dict.fromkeys(items)]
-    jobs = jobs or os.cpu_count() or 1
+    from . import kernels
+
+    items = list(dict.fromkeys(c if isinstance(c, tuple) else (c, arch) for c in configs))
     results = []
+
+    def done(result):
+        results.append(result)
+        if progress:
+            progress(len(results), len(items), result)
+
+    work = []
+    for config, item_arch in items:   # cached ones are answered here, without a worker
+        start = time.perf_counter()
+        try:
+            hit = kernels.cached(config, item_arch)
+        except Exception:   # reported by the worker that compiles it
+            hit = False
+        if hit:
+            done((config.name, kernels.normalize_arch(item_arch), "cached", time.perf_counter() - start))
+        else:
+            work.append((config.to_json(), item_arch))
+    jobs = min(jobs or os.cpu_count() or 1, max(len(work), 1))
     if jobs == 1:
         for w in work:
-            results.append(_compile_one(w))
-            if progress:
-                progress(len(results), len(work), results[-1])
+            done(_compile_one(w))
         return results
-    from .cache import default_cache
-
-    default_cache()  # create the file (and its WAL mode) once, before the workers race to
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    # forkserver: the caller may be a multi-threaded CUDA process (the profiler), which
+    # must not be forked
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         for future in as_completed([pool.submit(_compile_one, w) for w in work]):
-            results.append(future.result())
-            if progress:
-                progress(len(results), len(work), results[-1])
+            done(future.result())
     return results
 
 

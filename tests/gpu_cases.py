@@ -125,6 +125,47 @@ def configs(sm_count: int = 132):
         yield selection.config_for_shape(m, n, k, dtype, out, layout, sm_count)
 
 
+def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
+    """(kernel, arch) for everything scripts/device/gpu_session.sh runs: the GPU tests, the
+    split-K sweep, the benchmark, the profiler tables and the host-overhead script. Compiled
+    on the CPU machine and carried, so device time is not spent compiling."""
+    import importlib.util
+
+    from cutlass_sparse import profiler
+    from cutlass_sparse.description import CompressorConfig
+
+    def script(name):
+        path = Path(__file__).resolve().parent.parent / "scripts" / name
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    sm80_items = list(configs(sm_count)) + list(issue4_configs("sm80", sm_count))
+    sm90_items = [CompressorConfig(d) for d in DTYPES] + list(sm90_configs(sm_count))
+    sm90_items += list(issue4_configs("sm90", sm_count)) + script("device/sweep_splitk.py").candidates()
+    for family, (m, n, k) in [("sm80", (512, 16, 1024)), ("sm80", (256, 256, 256)), ("sm90", (1024, 16, 1024)),
+                              ("sm90", (4096, 4096, 4096)), ("sm90", (4096, 16, 4096))]:   # profiler
+        choices = profiler.candidates(family, k)
+        items = profiler.candidate_configs(choices, m, n, k, "f16", "f16", "row", "identity", sm_count)
+        (sm80_items if family == "sm80" else sm90_items).extend(items)
+    for dtype in DTYPES:   # scripts/bench.py
+        for m, n, k in script("bench.py").DEFAULT_SHAPES:
+            sm90_items.append(selection_config(m, n, k, dtype, "sm90", sm_count))
+    for family in ("sm80", "sm90"):   # scripts/host_overhead.py, scripts/run_gemm.py
+        for m, n, k in ((128, 64, 128), (4096, 4096, 4096)):
+            (sm80_items if family == "sm80" else sm90_items).append(
+                selection_config(m, n, k, "f16", family, sm_count))
+    unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items]))
+    return unique
+
+
+def selection_config(m, n, k, dtype, family, sm_count):
+    from cutlass_sparse import selection
+
+    return selection.config_for_shape(m, n, k, dtype, dtype, "row", sm_count, family)
+
+
 if __name__ == "__main__":
     from cutlass_sparse import warmup
 
@@ -132,16 +173,23 @@ if __name__ == "__main__":
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--sm-count", type=int, default=132)
-    parser.add_argument("--family", default="sm80", choices=["sm80", "sm90"])
+    parser.add_argument("--family", default="sm80", choices=["sm80", "sm90", "session"],
+                        help="session: every kernel of scripts/device/gpu_session.sh, each for its arch")
     args = parser.parse_args()
-    if args.family == "sm90":
+    if args.family == "session":
+        items = session_configs(args.sm_count)
+        results = []
+        for arch in ("sm_90", "sm_90a"):
+            results += warmup.compile_all([c for c, a in items if a == arch], arch, args.jobs)
+    elif args.family == "sm90":
         from cutlass_sparse.description import CompressorConfig
 
         wanted = [CompressorConfig(d) for d in DTYPES] + list(sm90_configs(args.sm_count))
         wanted += list(issue4_configs("sm90", args.sm_count))
+        results = warmup.compile_all(wanted, args.arch, args.jobs)
     else:
         wanted = list(configs(args.sm_count)) + list(issue4_configs("sm80", args.sm_count))
-    results = warmup.compile_all(wanted, args.arch, args.jobs)
+        results = warmup.compile_all(wanted, args.arch, args.jobs)
     for name, _, status, seconds in results:
         print(f"{status:10s} {seconds:6.1f} s  {name}")
     sys.exit(any(status.startswith("failed") for _, _, status, _ in results))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import cutlass_sparse as cs
-from cutlass_sparse import profiler, selection
+from cutlass_sparse import cache, env, profiler, selection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_gpu_matmul import check, random_operands  # noqa: E402
@@ -44,6 +44,8 @@ def test_profiler_records_a_winner_that_a_second_process_uses(family, shape, tmp
     if family == "sm90" and cupy.cuda.Device().compute_capability != "90":
         pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
     db = tmp_path / "tuned.db"
+    if env.cache_path().exists():   # the compiled kernels (no compiling here); force=True re-profiles
+        cache.KernelCache(db).merge_from(env.cache_path())
     monkeypatch.setenv("CUTLASS_SPARSE_CACHE", str(db))
     m, n, k = shape
     w, sw, x = random_operands(m, n, k, "f16", "row", seed=0, family=family)
@@ -63,8 +65,9 @@ def test_profiler_records_a_winner_that_a_second_process_uses(family, shape, tmp
     check(cs.matmul(sw, x, info=info), w, x, "f16")     # this process: the recorded winner
     assert info.get("split_k", 1) == winner.split_k
 
-    env = dict(os.environ, CUTLASS_SPARSE_CACHE=str(db), PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-c", SECOND_PROCESS, str(m), str(n), str(k), family], env=env,
+    child_env = dict(os.environ, CUTLASS_SPARSE_CACHE=str(db),
+                     PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", SECOND_PROCESS, str(m), str(n), str(k), family], env=child_env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     name, split, err = done.stdout.split()

@@ -18,7 +18,9 @@ SHAPES = [(4096, 16, 4096), (4096, 128, 4096), (4096, 512, 4096), (11008, 512, 4
 # Beyond the catalog: narrow N tiles for decode shapes (both compile with NVRTC) and a wide
 # stream-K tile. (threadblock, cluster, schedule, tile scheduler)
 EXTRA = [((128, 256, 128), (1, 1, 1), "cooperative", "streamk"),
+         ((256, 128, 128), (2, 1, 1), "cooperative", "streamk"),
          ((128, 32, 128), (1, 1, 1), "cooperative", "streamk"),
+         ((128, 16, 128), (1, 1, 1), "cooperative", "streamk"),
          ((64, 32, 128), (1, 1, 1), "pingpong", "persistent")]
 
 
