@@ -35,37 +35,43 @@ def choose_tile(family: str, m: int, n: int, k: int, sm_count: int):
 
 
 # Cost of reducing one accumulator element through the workspace, against loading one
-# operand element per K step (both summed over a wave); calibrated on the H100.
+# operand element per K step (both summed over a wave).
 REDUCE_WEIGHT = 4.0
 
 
-def split_cost(threadblock, splits: int, m: int, n: int, k: int, sm_count: int) -> float:
-    """cost() for a tile whose K is cut into `splits` slices reduced through a workspace."""
+def sm90_tile_cost(threadblock, cluster, splits: int, m: int, n: int, k: int, sm_count: int) -> float:
+    """Waves of (cluster-padded) tiles times each tile's work: its MMA area plus 64 x its
+    perimeter (the bytes it loads per K step). Fitted to the H100 sweep of 2026-11-22
+    (docs/tune90_splitk_h100.log): picks the fastest tile, or one within 10% of it, at
+    each of 4096 x {16, 128, 512, 4096} x 4096, 11008 x {128, 512} x 4096 and
+    4096 x 16 x 11008. A cluster launches whole: a 1x2 cluster over one N tile leaves
+    half its CTAs idle, so tile counts round up to the cluster's shape."""
     tm, tn, tk = threadblock
-    k_tiles = cdiv(k, tk)
-    waves = cdiv(cdiv(m, tm) * cdiv(n, tn) * splits, sm_count)
+    tiles = round_up(cdiv(m, tm), cluster[0]) * round_up(cdiv(n, tn), cluster[1]) * splits
+    waves = cdiv(tiles, sm_count)
     reduce = REDUCE_WEIGHT * tm * tn if splits > 1 else 0.0
-    return waves * ((tm + tn) * cdiv(k_tiles, splits) * tk + reduce)
+    return waves * ((tm * tn + 64 * (tm + tn)) * cdiv(cdiv(k, tk), splits) * tk + reduce)
 
 
 @functools.lru_cache(maxsize=4096)
 def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = None):
-    """(tile, splits) of least cost among the sm90 catalog's tiles; stream-K tiles may split K.
-    split_k, if given, is the number of slices (split_k > 1 leaves only stream-K tiles)."""
+    """(tile, splits) of least cost among the sm90 catalog's tiles.
+
+    By default only the persistent-scheduler tiles, unsplit: on the H100 sweep no
+    stream-K decomposition or K split beat the best of them at any shape
+    (docs/tune90_splitk_h100.log). split_k > 1 leaves only stream-K tiles; the profiler
+    (cs.tune) times all of them."""
     options = []
     for tile in catalog.load("sm90").tiles:
         streamk = tile[5] == "streamk"
         if split_k is not None:
             choices = (split_k,) if (streamk or split_k == 1) else ()
         else:
-            # Stream-K tiles join the default choice once their K splitting has been timed
-            # and verified on the H100 (scripts/device/sweep_splitk.py); until then they
-            # run only when asked for (split_k > 1, or config=).
             choices = () if streamk else (1,)
         options += [(tile, s) for s in choices if s <= cdiv(k, tile[0][2])]
     if not options:
         raise ValueError(f"split_k={split_k}: K = {k} has fewer K tiles than slices")
-    return min(options, key=lambda o: split_cost(o[0][0], o[1], m, n, k, sm_count))
+    return min(options, key=lambda o: sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count))
 
 
 def output_alignments(family: str, element_out: str) -> tuple[int, ...]:
