@@ -103,7 +103,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
             c, beta = operands.with_bias(bias, c, beta, m, n, np_out, device_id), 1.0
         if family == "sm90":
             return sm90.run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info,
-                            split_k, workspace, activation, leaky_slope, _choice)
+                            split_k, workspace, activation, leaky_slope, _choice, _record)
         split = sm80.Split(split_k or 1, split_k_mode or "serial")
         return sm80.run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, np_out, config, info,
                         split, workspace, activation, leaky_slope, _record,

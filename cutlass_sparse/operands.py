@@ -65,12 +65,15 @@ def check_output_like(array, what: str, m: int, n: int, np_out, device_id: int):
 
 
 @functools.cache
+@functools.lru_cache(maxsize=None)
 def device_facts(device_id: int) -> tuple[str, int]:
+    """(arch, SM count) of a device; asked once (CuPy's Device.attributes reads every
+    attribute, about 100 us)."""
     import cupy
 
-    device = cupy.cuda.Device(device_id)
-    cc = device.compute_capability
-    return f"sm_{cc}", device.attributes["MultiProcessorCount"]
+    runtime = cupy.cuda.runtime
+    cc = cupy.cuda.Device(device_id).compute_capability
+    return f"sm_{cc}", runtime.deviceGetAttribute(runtime.cudaDevAttrMultiProcessorCount, device_id)
 
 
 def row_stride(array, cols: int) -> int:

@@ -4,18 +4,20 @@
     y = plan(x)                  # or plan(x, out=y) to write in place
 
 Made once from an example x (the first run also loads or compiles the kernel), a plan
-serves every x of the same shape, dtype, strides and device. For the common case (sm80,
-one K slice, M and K on whole tiles) a call only checks x and out against the plan,
-writes three pointers into a copy of the argument block and launches: no allocation
-when `out` is given, no synchronization, so it can be captured in a CUDA graph. Other
-cases (sm90, split-K, padded M or K) run cs.matmul with the plan's options: the same
-result and kernel choice, more host time.
+serves every x of the same shape, dtype, strides and device. In the common cases a call
+only checks x and out against the plan and launches: sm80 with one K slice and M, K on
+whole tiles (three pointers written into a copy of the argument block), and sm90 (the
+kernel's Params, built by its setup entry once per (x, out) pair, kept by the plan). No
+allocation when `out` is given, no synchronization, so it can be captured in a CUDA
+graph (on sm90, after one call with the same x and out, or the setup launch is captured
+too). Other cases (sm80 split-K, padded M or K) run cs.matmul with the plan's options:
+the same result and kernel choice, more host time.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import arguments, sm80
+from . import arguments, sm80, sm90
 from .matmul import matmul
 from .operands import as_device_array, output_type, with_bias
 
@@ -68,8 +70,21 @@ class Plan:
         if self.c_bias is not None and (self.c_bias.data.ptr % self.align_out or record["ldc"] != record["ldd"]):
             self.direct = False
             return
+        if "ready_for" in record:
+            self._prepare_sm90(record)
+        else:
+            self._prepare_sm80(sw, record)
+
+    def _prepare_sm90(self, record):
+        # Built launches (Params with TMA descriptors, made by the setup entry) per pointer
+        # pair: a repeated (x, out) pair launches the GEMM alone.
+        self.loaded, self.ready_for = record["loaded"], record["ready_for"]
+        self.readies = {}
+
+    def _prepare_sm80(self, sw, record):
         # The hot path writes pointers into a copy of the argument block seen as 64-bit
         # words and hands the bytes to the loaded function: no field lookups, no dtype building.
+        self.readies = None
         self.launch = launch = record["launch"]
         c_ptr = 0 if self.c_bias is None else self.c_bias.data.ptr
         block = sm80.gemm_block(launch, sw, 0, c_ptr, 0, record["ldb"], record["ldc"], record["ldd"],
@@ -106,12 +121,26 @@ class Plan:
                              f"{self.out_strides} on device {self.x_key[3]}")
         elif out.data.ptr % self.align_out:
             raise ValueError(f"out at {out.data.ptr:#x} is not {self.align_out}-byte aligned for this plan")
+        if self.readies is not None:
+            return self._call_sm90(x, out)
         words = self.words.copy()      # a copy per call: plans may be shared between threads
         words[self.word_b] = x.data.ptr
         words[self.word_d] = out.data.ptr
         if self.c_bias is None:
             words[self.word_c] = out.data.ptr
         self.function(self.launch.grid, self.threads, (words.view(self.record),), shared_mem=self.shared_bytes)
+        return out
+
+    def _call_sm90(self, x, out):
+        key = (x.data.ptr, out.data.ptr)
+        ready = self.readies.get(key)
+        if ready is None:   # a new pointer pair: the setup entry builds its Params (one more launch)
+            c_ptr = out.data.ptr if self.c_bias is None else self.c_bias.data.ptr
+            ready = self.ready_for(x.data.ptr, c_ptr, out.data.ptr)
+            if len(self.readies) >= 64:
+                self.readies.pop(next(iter(self.readies)), None)
+            self.readies[key] = ready
+        sm90.launch(self.loaded, self.x_key[3], ready)
         return out
 
 

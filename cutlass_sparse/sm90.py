@@ -23,12 +23,10 @@ LAYOUT = "sm90"
 
 
 def _arch(device_id: int) -> str:
-    import cupy
-
-    cc = cupy.cuda.Device(device_id).compute_capability
-    if cc != "90":
+    arch = operands.device_facts(device_id)[0]
+    if arch != "sm_90":
         raise ValueError(f"the sm90 kernel family needs a compute capability 9.0 GPU; device {device_id} "
-                         f"is sm_{cc}: use family='sm80' (compress(..., layout='sm80'))")
+                         f"is {arch}: use family='sm80' (compress(..., layout='sm80'))")
     return "sm_90a"
 
 
@@ -79,9 +77,7 @@ _params_lock = threading.Lock()
 
 @functools.lru_cache(maxsize=64)
 def _sm_count(device_id: int) -> int:
-    import cupy
-
-    return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
+    return operands.device_facts(device_id)[1]
 
 
 def _prepare(loaded, compiled, device_id, block, info_out, setup):
@@ -142,10 +138,8 @@ class _Ready:
 
 def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig, ldb: int,
            ldc: int, ldd: int, info: dict | None, scheduling: Scheduling = Scheduling(), workspace=None,
-           activation_arg: float = 0.0):
+           activation_arg: float = 0.0, record: dict | None = None):
     """Launch (setup and) GEMM on the current stream. Operands are validated by the caller."""
-    import cupy
-
     device_id = x.device.id
     arch = _arch(device_id)
     m, k = sw.shape
@@ -155,32 +149,54 @@ def matmul(sw, x, d, c_full, alpha: float, beta: float, config: SparseGemmConfig
                          f"{config.name} has the persistent scheduler")
     compiled = kernels.get(config, arch)
     loaded = runtime.load(compiled)
+
+    def ready_for(b_ptr: int, c_ptr: int, d_ptr: int) -> _Ready:
+        pointers = (sw.values.data.ptr, sw.metadata.data.ptr, b_ptr, c_ptr, d_ptr)
+        return _ready(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, config.swizzle,
+                      scheduling, workspace, activation_arg)
+
+    ready = ready_for(x.data.ptr, c_full.data.ptr, d.data.ptr)
+    launch(loaded, device_id, ready)
+    if info is not None:
+        info.update(config=config.name, arch=arch, from_cache=compiled.from_cache,
+                    compile_seconds=compiled.compile_seconds, grid=ready.grid, k_padded=False,
+                    decomposition=scheduling.decomposition, split_k=scheduling.splits,
+                    workspace_bytes=0 if ready.workspace is None else ready.workspace.nbytes)
+    if record is not None:   # what a Plan needs to repeat this launch with new pointers
+        record.update(direct=True, loaded=loaded, ready_for=ready_for, ldb=ldb, ldc=ldc, ldd=ldd,
+                      alignment_b=8, alignment_c=16 // d.dtype.itemsize)
+
+
+def _ready(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta, swizzle, scheduling,
+           workspace, activation_arg) -> _Ready:
+    """The built launch for these pointers and scalars: from the cache, else built now."""
     workspace_ptr = 0 if workspace is None else workspace.data.ptr
-    signature = (compiled.key, device_id, sw.values.data.ptr, sw.metadata.data.ptr, x.data.ptr,
-                 c_full.data.ptr, d.data.ptr, ldb, ldc, ldd, m, n, k, float(alpha), float(beta),
-                 scheduling, workspace_ptr, float(activation_arg), config.swizzle)
+    signature = (compiled.key, device_id, *pointers, ldb, ldc, ldd, m, n, k, float(alpha), float(beta),
+                 scheduling, workspace_ptr, float(activation_arg), swizzle)
     with _params_lock:
         ready = _params_cache.get(signature)
         if ready is not None:
             _params_cache.move_to_end(signature)
     if ready is None:
-        ready = _build_params(loaded, compiled, device_id, signature[2:7], ldb, ldc, ldd, m, n, k, alpha, beta,
-                              config.swizzle, scheduling, workspace, activation_arg)
+        ready = _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, beta,
+                              swizzle, scheduling, workspace, activation_arg)
         with _params_lock:
             _params_cache[signature] = ready
             while len(_params_cache) > _PARAMS_CACHE_SIZE:
                 _params_cache.popitem(last=False)
+    return ready
+
+
+def launch(loaded, device_id: int, ready: _Ready) -> None:
+    """The GEMM on the current stream (after zeroing its stream-K barriers, if any)."""
+    import cupy
+
     offset, nbytes = ready.barrier
     if nbytes:
         # The reduction's turnstiles count up during a launch; each launch starts from zero.
         cupy.cuda.runtime.memsetAsync(ready.workspace.data.ptr + offset, 0, nbytes,
                                       cupy.cuda.get_current_stream().ptr)
     loaded.launch(device_id, ready.grid, (ready.params,))
-    if info is not None:
-        info.update(config=config.name, arch=arch, from_cache=compiled.from_cache,
-                    compile_seconds=compiled.compile_seconds, grid=ready.grid, k_padded=False,
-                    decomposition=scheduling.decomposition, split_k=scheduling.splits,
-                    workspace_bytes=0 if ready.workspace is None else ready.workspace.nbytes)
 
 
 def workspace_size(config: SparseGemmConfig, device_id: int, m: int, n: int, k: int,
@@ -262,7 +278,7 @@ def _build_params(loaded, compiled, device_id, pointers, ldb, ldc, ldd, m, n, k,
 
 
 def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config, info, split_k,
-        workspace, activation, leaky_slope, choice=None):
+        workspace, activation, leaky_slope, choice=None, record=None):
     """cs.matmul's sm90 path, operands checked: TMA's rules, the kernel, the launch."""
     import cupy
 
@@ -283,7 +299,8 @@ def run(sw, x, layout_b, ldb, out, c, alpha, beta, element, element_out, config,
                     f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
         config, scheduling = resolve(m, n, k, x.device.id, element, element_out, layout_b, config, split_k,
                                      activation, choice)
-        matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace, leaky_slope)
+        matmul(sw, x, d, c_full, alpha, beta, config, ldb, ldc, ldd, info, scheduling, workspace, leaky_slope,
+               record)
         return d
 
 

@@ -7,7 +7,7 @@
 #   SKIP_TESTS=1      no GPU tests (else the gpu-marked tests under $TESTS, default tests/,
 #                     files spread over 4 workers)
 #   BENCH="args"      scripts/bench.py with these arguments (" " for the defaults)
-#   EXTRAS=1          host overhead and the profiler tables for 4096^3 and 4096x16x4096
+#   EXTRAS=1          host overhead (PROFILE=1: and the profiler tables, 4096^3 and 4096x16x4096)
 # Logs go under $OUT (the device tool's output folder; at most 8 files come back).
 OUT=${OUT:-/tmp/gpu_session_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -26,9 +26,10 @@ if [ -z "$SKIP_TESTS" ]; then
 fi
 [ -n "$BENCH" ] && { timeout ${BENCH_TIMEOUT:-260} python3 scripts/bench.py --json $OUT/bench.json --png $OUT/bench.png $BENCH > $OUT/bench.log 2>&1; cat $OUT/bench.log; }
 timeout 60 python3 scripts/run_gemm.py --m 4096 --n 4096 --k 4096 > $OUT/run_gemm.log 2>&1; cat $OUT/run_gemm.log
-if [ -n "$EXTRAS" ]; then   # issue 4/5 measurements: host overhead, profiler tables
+if [ -n "$EXTRAS" ]; then   # issue 4/5 measurements: host overhead (and PROFILE=1: profiler tables)
   { timeout 60 python3 scripts/host_overhead.py; timeout 60 python3 scripts/host_overhead.py --family sm90
-    for n in 4096 16; do timeout 200 python3 scripts/run_gemm.py --m 4096 --n $n --k 4096 --profile | grep -v "^\["; done
+    [ -n "$PROFILE" ] && for n in 4096 16; do
+      timeout 200 python3 scripts/run_gemm.py --m 4096 --n $n --k 4096 --profile | grep -v "^\["; done
   } > $OUT/extras.log 2>&1; cat $OUT/extras.log
 fi
 echo "total $(( $(date +%s) - t0 ))s"
