@@ -20,6 +20,9 @@ from .emit_sm90 import COMPRESS, DECOMPOSITIONS, INFO_FIELDS, SETUP
 from .selection import cdiv, round_up
 
 LAYOUT = "sm90"
+# The tile scheduler's raster order: 0 lets CUTLASS choose (its heuristic), 1 along M,
+# 2 along N. A run-time argument of the setup entry; scripts/device/sweep_large.py varies it.
+RASTER = 0
 
 
 def _arch(device_id: int) -> str:
@@ -225,7 +228,7 @@ def _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, b
     f["ldb"], f["ldc"], f["ldd"] = ldb, ldc, ldd
     f["m"], f["n"], f["k"] = m, n, k
     f["sm_count"] = _sm_count(device_id)
-    f["swizzle"], f["raster"] = swizzle, 0
+    f["swizzle"], f["raster"] = swizzle, RASTER
     f["splits"], f["decomposition"] = scheduling.splits, DECOMPOSITIONS[scheduling.decomposition]
     f["alpha"], f["beta"], f["activation_arg"] = alpha, beta, activation_arg
     return block

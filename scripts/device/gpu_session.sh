@@ -3,7 +3,7 @@
 # (.whl/), unpack the carried cache (.device/compiled_cache.db.gz, made on the CPU machine by
 # `python -m tests.gpu_cases --family session`) into a private directory, compile whatever
 # is still missing, then run what the environment asks for:
-#   SWEEP=script      a sweep script (scripts/device/sweep_*.py)
+#   SWEEP="scripts"   sweep or experiment scripts, in order (scripts/device/*.py)
 #   SKIP_TESTS=1      no GPU tests (else the gpu-marked tests under $TESTS, default tests/,
 #                     files spread over 4 workers)
 #   BENCH="args"      scripts/bench.py with these arguments (" " for the defaults)
@@ -18,7 +18,9 @@ t0=$(date +%s)
 timeout ${WARM_TIMEOUT:-400} python3 -m tests.gpu_cases --family session --jobs 16 > $OUT/warm.log 2>&1
 echo "warm rc=$? $(( $(date +%s) - t0 ))s: $(grep -c '^cached' $OUT/warm.log) cached, $(grep -c '^compiled' $OUT/warm.log) compiled"
 grep '^failed' $OUT/warm.log | head -5
-[ -n "$SWEEP" ] && { timeout ${SWEEP_TIMEOUT:-300} python3 $SWEEP > $OUT/sweep.log 2>&1; echo "sweep rc=$? $(( $(date +%s) - t0 ))s"; cat $OUT/sweep.log; }
+for script in $SWEEP; do
+  timeout ${SWEEP_TIMEOUT:-300} python3 $script >> $OUT/sweep.log 2>&1; echo "$script rc=$? $(( $(date +%s) - t0 ))s"
+done; [ -n "$SWEEP" ] && cat $OUT/sweep.log
 if [ -z "$SKIP_TESTS" ]; then
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider -n 4 --dist loadfile \
     -o faulthandler_timeout=150 ${TESTS:-tests} > $OUT/gpu_tests.log 2>&1

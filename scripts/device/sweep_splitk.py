@@ -9,9 +9,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cupy  # noqa: E402
 
-import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse import catalog, reference, selection, sm90, warmup  # noqa: E402
-from cutlass_sparse.operands import matrix_layout  # noqa: E402
+from problem import sm90_problem  # noqa: E402  (scripts/device/problem.py)
 
 SHAPES = [(4096, 16, 4096), (4096, 128, 4096), (4096, 512, 4096), (11008, 512, 4096), (11008, 128, 4096),
           (4096, 16, 11008), (4096, 4096, 4096)]
@@ -44,12 +43,7 @@ def main():
     print("compile:", [r[2] for r in results], flush=True)
     rng = cupy.random.default_rng(0)
     for m, n, k in SHAPES:
-        w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32).astype(cupy.float16))
-        x = rng.standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
-        sw = cs.compress(w, layout="sm90")
-        ref = reference.to_float32(w) @ reference.to_float32(x)
-        y = cupy.empty((m, n), dtype=cupy.float16)
-        _, ldb = matrix_layout(x, "x")
+        sw, x, ref, y, ldb = sm90_problem(m, n, k, rng)
         rows = []
         for config in configs:
             for sched in schedulings(config, k):
