@@ -7,6 +7,7 @@ tile must load per K step), avoiding tiles whose K does not divide the problem's
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from . import catalog, dtypes
@@ -74,6 +75,14 @@ def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = Non
     return min(options, key=lambda o: sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count))
 
 
+def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int) -> int:
+    """The tile scheduler's swizzle for a problem: 4 from eight waves of tiles up (keeps
+    the operand panels of neighbouring tiles in L2; measured +2% at 8192^3, +11% at
+    16384^3), else the catalog's default (1: swizzling a few waves cost up to 3x)."""
+    tiles = cdiv(m, threadblock[0]) * cdiv(n, threadblock[1])
+    return 4 if tiles >= 8 * sm_count else default
+
+
 def output_alignments(family: str, element_out: str) -> tuple[int, ...]:
     """C/D vector widths the catalog offers, capped at 16-byte accesses."""
     item = dtypes.numpy_dtype(element_out).itemsize
@@ -92,7 +101,8 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
     fam = catalog.load(family)
     if family == "sm90":   # TMA: fixed 16-byte vectors (matmul refuses operands that break them)
         tile, _ = choose_sm90(m, n, k, sm_count)
-        return fam.config(tile, element, element_out, layout_b, 8, 16 // dtypes.numpy_dtype(element_out).itemsize)
+        config = fam.config(tile, element, element_out, layout_b, 8, 16 // dtypes.numpy_dtype(element_out).itemsize)
+        return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle))
     if n == 1 or element == "s8":
         layout_b = "col"   # a single column reads as column-major; int8 B must be K-major
     m_pad = cdiv(m, 32) * 32

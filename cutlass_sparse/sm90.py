@@ -318,8 +318,10 @@ def resolve(m, n, k, device_id, element, element_out, layout_b, config, split_k,
         if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
             config = dataclasses.replace(config, swizzle=choice.swizzle)
     elif config is None:
-        tile, splits = selection.choose_sm90(m, n, k, operands.device_facts(device_id)[1], split_k)
+        sm_count = operands.device_facts(device_id)[1]
+        tile, splits = selection.choose_sm90(m, n, k, sm_count, split_k)
         config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
+        config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], m, n, sm_count, config.swizzle))
     else:
         operands.check_config_fits(config, element, element_out, layout_b, 8, alignment_c)
         splits = split_k or 1

@@ -5,7 +5,7 @@ split-K cost (output: docs/tune90_splitk_h100.log). Run from the repository root
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
 
 import cupy  # noqa: E402
 
