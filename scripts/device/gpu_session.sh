@@ -8,6 +8,7 @@
 #                     files spread over 4 workers)
 #   BENCH="args"      scripts/bench.py with these arguments (" " for the defaults)
 #   EXTRAS=1          host overhead (PROFILE=1: and the profiler tables, 4096^3 and 4096x16x4096)
+#   NCU=1             Nsight Compute sections for the decode kernel (4096x16x4096)
 # Logs go under $OUT (the device tool's output folder; at most 8 files come back).
 OUT=${OUT:-/tmp/gpu_session_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -33,5 +34,12 @@ if [ -n "$EXTRAS" ]; then   # issue 4/5 measurements: host overhead (and PROFILE
     [ -n "$PROFILE" ] && for n in 4096 16; do
       timeout 200 python3 scripts/run_gemm.py --m 4096 --n $n --k 4096 --profile | grep -v "^\["; done
   } > $OUT/extras.log 2>&1; cat $OUT/extras.log
+fi
+if [ -n "$NCU" ]; then   # Nsight Compute on the decode kernel (4096x16x4096): where its time goes
+  timeout 240 ncu --target-processes all --kernel-name regex:'pingpong_epi_tma$' --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+    --section WarpStateStats --section SchedulerStats \
+    python3 scripts/run_gemm.py --m 4096 --n 16 --k 4096 > $OUT/ncu.log 2>&1
+  echo "ncu rc=$?"; grep -v "^==PROF==" $OUT/ncu.log | grep -E "^  [A-Z]|^    [A-Z]" | grep -v "^    ---" | head -90
 fi
 echo "total $(( $(date +%s) - t0 ))s"
