@@ -88,16 +88,19 @@ def test_calls_from_several_threads():
     assert not errors, errors
 
 
-def test_second_device_gets_its_own_modules():
+@pytest.mark.parametrize("family", ["sm80", "sm90"])
+def test_second_device_gets_its_own_modules(family):
     import cupy
 
     if cupy.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("needs two GPUs")
-    w, sw, x = random_operands(128, 32, 128, "f16", "row", seed=51)
+    if family == "sm90" and cupy.cuda.Device(1).compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    w, sw, x = random_operands(128, 32, 128, "f16", "row", seed=51, family=family)
     with cupy.cuda.Device(1):
         w1 = cupy.asarray(w)
         x1 = cupy.asarray(x)
-        sw1 = cs.compress(w1, layout="sm80")
+        sw1 = cs.compress(w1, layout=family)
         y1 = cs.matmul(sw1, x1)
     assert y1.device.id == 1
     np.testing.assert_array_equal(y1.get(), cs.matmul(sw, x).get())
