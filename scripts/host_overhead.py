@@ -3,7 +3,9 @@
 back-to-back calls (no synchronization between them) minus the GPU's kernel time for
 the same N calls, divided by N. Needs a GPU.
 
-    python scripts/host_overhead.py [--calls 2000] [--family sm80|sm90]
+    python scripts/host_overhead.py [--calls 2000] [--family sm80|sm90] [--cprofile]
+
+--cprofile also prints where cs.matmul's host time goes (cProfile, by own time).
 """
 import argparse
 import sys
@@ -34,6 +36,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--family", default="sm80", choices=["sm80", "sm90"])
+    p.add_argument("--cprofile", action="store_true")
     args = p.parse_args()
     rng = cupy.random.default_rng(0)
     w = cs.prune_2to4(rng.standard_normal((128, 128), dtype=cupy.float32).astype(cupy.float16))
@@ -50,6 +53,13 @@ def main() -> int:
         err = reference.relative_error(out, ref)
         overhead, kernel = host_us(call, args.calls)
         print(f"{name:34s} host {overhead:6.1f} us/call  (kernel {kernel:5.1f} us, rel err {err:.1e})")
+    if args.cprofile:
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.runcall(lambda: [cs.matmul(sw, x, out=out) for _ in range(args.calls)])
+        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
     return 0
 
 
