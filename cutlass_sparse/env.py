@@ -24,10 +24,17 @@ def cache_path() -> Path:
     Never the working directory: a database there would be picked up by whoever
     runs in that directory.
     """
-    explicit = os.environ.get("CUTLASS_SPARSE_CACHE")
+    env = os.environ
+    return _cache_path(env.get("CUTLASS_SPARSE_CACHE"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
+
+
+@functools.lru_cache(maxsize=64)
+def _cache_path(explicit: str | None, xdg: str | None, home: str | None) -> Path:
+    # Memoized on the variables it reads: pathlib costs tens of microseconds, and every
+    # cs.matmul call asks (the path may change between calls, so it is asked each time).
     if explicit:
         return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = xdg or str(Path.home() / ".cache")
     return Path(base) / "cutlass_sparse" / "compiled_cache.db"
 
 
