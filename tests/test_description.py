@@ -65,3 +65,43 @@ def test_selection_prefers_big_tiles_for_big_problems_and_small_for_small():
     assert odd.alignment_c == 1
     with pytest.raises(ValueError, match="N must be even"):
         selection.config_for_shape(100, 3, 16, "f16", "f16", "row", sm_count=132)
+
+
+# The H100 sweeps of session 3 (docs/tune90_splitk_h100.log, docs/tune90_large_h100.log):
+# (M, N, K) -> (tile M, tile N, cluster, schedule) of the fastest kernel, or one within
+# 10% of it, and the swizzle that measured best.
+SM90_MEASURED = {
+    (4096, 16, 4096): ((64, 32), (1, 1, 1), "pingpong", 1),
+    (4096, 128, 4096): ((64, 64), (1, 1, 1), "pingpong", 1),
+    (4096, 512, 4096): ((128, 128), (1, 2, 1), "cooperative", 1),
+    (11008, 512, 4096): ((128, 128), (1, 2, 1), "cooperative", 1),
+    (4096, 4096, 4096): ((256, 128), (1, 2, 1), "cooperative", 1),
+    (8192, 8192, 8192): ((256, 128), (1, 2, 1), "cooperative", 4),
+    (16384, 16384, 16384): ((256, 128), (1, 2, 1), "cooperative", 4),
+}
+
+
+@pytest.mark.parametrize("shape", list(SM90_MEASURED), ids=lambda s: "x".join(map(str, s)))
+def test_sm90_selection_follows_the_h100_sweeps(shape):
+    config = selection.config_for_shape(*shape, "f16", "f16", "row", 132, "sm90")
+    tile, cluster, schedule, swizzle = SM90_MEASURED[shape]
+    assert (config.threadblock[:2], config.cluster, config.schedule, config.swizzle) == (tile, cluster, schedule,
+                                                                                          swizzle)
+
+
+def test_sm90_cost_counts_the_idle_half_of_a_cluster():
+    # 11008 x 128: one N tile, so a 1x2 cluster of 128x128 tiles runs 86 busy CTAs and 86
+    # idle ones; measured at under 280 TFLOP/s against 372 for 64x128 ping-pong.
+    one = selection.sm90_tile_cost((128, 128, 128), (1, 1, 1), 1, 11008, 128, 4096, 132)
+    two = selection.sm90_tile_cost((128, 128, 128), (1, 2, 1), 1, 11008, 128, 4096, 132)
+    assert two == 2 * one
+    tile, _ = selection.choose_sm90(11008, 128, 4096, 132)
+    assert tile[3] == (1, 1, 1)
+
+
+def test_default_sm90_selection_never_splits_k():
+    # No K split beat the best unsplit tile on the H100 at any swept shape; split_k asks for one.
+    for shape in [(4096, 16, 4096), (4096, 16, 11008), (4096, 128, 4096), (11008, 128, 4096)]:
+        assert selection.choose_sm90(*shape, 132)[1] == 1
+    tile, splits = selection.choose_sm90(4096, 16, 4096, 132, split_k=3)
+    assert splits == 3 and tile[5] == "streamk"

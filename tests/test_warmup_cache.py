@@ -166,3 +166,15 @@ def test_workers_compile_every_kind_of_kernel(tmp_path, monkeypatch):
     items = [(ReductionConfig("f16", 8, "relu"), "sm_80"), (CompressorConfig("bf16"), "sm_90a")]
     results = warmup.compile_all(items, jobs=2)
     assert sorted(status for _, _, status, _ in results) == ["compiled", "compiled"], results
+
+
+def test_gpu_session_list_enumerates_every_kernel_it_runs():
+    # tests/gpu_cases.py --family session: what the CPU machine compiles for the GPU session
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gpu_cases
+
+    items = gpu_cases.session_configs()
+    assert len(items) == len(set(items)) > 50
+    assert {arch for _, arch in items} == {"sm_90", "sm_90a"}
+    for config, arch in items:   # sm80 kernels for the H100's own sm_90, sm90 ones for sm_90a
+        assert arch == ("sm_90a" if config.family.startswith("sm90") else "sm_90"), (config.name, arch)
