@@ -15,6 +15,8 @@ the same result and kernel choice, more host time.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import arguments, sm80, sm90
@@ -80,6 +82,7 @@ class Plan:
         # pair: a repeated (x, out) pair launches the GEMM alone.
         self.loaded, self.ready_for = record["loaded"], record["ready_for"]
         self.readies = {}
+        self.readies_lock = threading.Lock()   # plans may be shared between threads
 
     def _prepare_sm80(self, sw, record):
         # The hot path writes pointers into a copy of the argument block seen as 64-bit
@@ -137,9 +140,10 @@ class Plan:
         if ready is None:   # a new pointer pair: the setup entry builds its Params (one more launch)
             c_ptr = out.data.ptr if self.c_bias is None else self.c_bias.data.ptr
             ready = self.ready_for(x.data.ptr, c_ptr, out.data.ptr)
-            if len(self.readies) >= 64:
-                self.readies.pop(next(iter(self.readies)), None)
-            self.readies[key] = ready
+            with self.readies_lock:
+                if len(self.readies) >= 64:
+                    self.readies.pop(next(iter(self.readies)))
+                self.readies[key] = ready
         sm90.launch(self.loaded, self.x_key[3], ready)
         return out
 
