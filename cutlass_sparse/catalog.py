@@ -36,9 +36,24 @@ class Family:
     swizzle: int
     # (threadblock, warps, stages, cluster, schedule, tile_scheduler); the last three only for sm90
     tiles: tuple[tuple, ...]
+    # (tile, outputs it is limited to, why): a tile's own `outputs` in the catalog file
+    limits: tuple[tuple[tuple, tuple[str, ...], str], ...] = ()
+
+    def allows(self, tile, element: str, element_out: str) -> bool:
+        return self._refusal(tile, element, element_out) is None
+
+    def _refusal(self, tile, element: str, element_out: str) -> str | None:
+        for limited, outputs, why in self.limits:
+            if limited == tile and element_out not in self.out_types(element, outputs):
+                return why
+        return None
 
     def config(self, tile, element: str, element_out: str, layout_b: str,
                alignment_b: int, alignment_c: int) -> SparseGemmConfig:
+        why = self._refusal(tile, element, element_out)
+        if why:
+            raise ValueError(f"the {'x'.join(map(str, tile[0]))} tile of the {self.name} catalog has no "
+                             f"{element_out} output: {why}")
         threadblock, warps, stages, cluster, schedule, tile_scheduler = tile
         return SparseGemmConfig(
             family=self.name, element=element, element_out=element_out, layout_b=layout_b,
@@ -48,9 +63,9 @@ class Family:
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
             cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler)
 
-    def out_types(self, element: str) -> tuple[str, ...]:
+    def out_types(self, element: str, outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """'same' in the catalog is the input type."""
-        return tuple(element if o == "same" else o for o in self.outputs)
+        return tuple(element if o == "same" else o for o in (outputs or self.outputs))
 
     def enumerate(self, widest_only: bool = True) -> list[SparseGemmConfig]:
         """Every configuration; with widest_only, just the widest alignments (the common case)."""
@@ -60,7 +75,8 @@ class Family:
         for element in self.inputs:
             for tile, element_out, layout_b, ab, ac in itertools.product(
                     self.tiles, self.out_types(element), self.layouts_b, aligns_b, aligns_c):
-                out.append(self.config(tile, element, element_out, layout_b, ab, ac))
+                if self.allows(tile, element, element_out):
+                    out.append(self.config(tile, element, element_out, layout_b, ab, ac))
         return out
 
 
@@ -70,14 +86,19 @@ def load(family: str) -> Family:
     if not path.exists():
         raise ValueError(f"no catalog for kernel family {family!r} (looked for {path})")
     data = tomllib.loads(path.read_text())
+
+    def tile(t):
+        return (tuple(t["threadblock"]), tuple(t["warps"]), t["stages"], tuple(t.get("cluster", (1, 1, 1))),
+                t.get("schedule", "none"), t.get("tile_scheduler", "persistent"))
+
     return Family(
         name=data["family"], min_compute=data["min_compute"], instruction=tuple(data["instruction"]),
         accumulator=data["accumulator"], inputs=tuple(data["inputs"]), outputs=tuple(data["outputs"]),
         layouts_b=tuple(data["layouts_b"]), alignments_b=tuple(data["alignments_b"]),
         alignments_c=tuple(data["alignments_c"]), swizzle=data["swizzle"],
-        tiles=tuple((tuple(t["threadblock"]), tuple(t["warps"]), t["stages"],
-                     tuple(t.get("cluster", (1, 1, 1))), t.get("schedule", "none"),
-                     t.get("tile_scheduler", "persistent")) for t in data["tile"]),
+        tiles=tuple(tile(t) for t in data["tile"]),
+        limits=tuple((tile(t), tuple(t["outputs"]), t.get("why", "not offered")) for t in data["tile"]
+                     if "outputs" in t),
     )
 
 

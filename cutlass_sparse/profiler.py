@@ -101,10 +101,13 @@ def _device_identity(device_id: int) -> tuple[str, str]:
     return props["name"].decode(), cupy.cuda.Device(device_id).compute_capability
 
 
-def candidates(family: str, k: int, element: str = "f16") -> list[Choice]:
-    """Every tile of the family's catalog (for this input type) with each K split it can take."""
+def candidates(family: str, k: int, element: str = "f16", element_out: str | None = None) -> list[Choice]:
+    """Every tile of the family's catalog (for these types) with each K split it can take."""
     out = []
-    for tile in catalog.load(catalog.for_element(family, element)).tiles:
+    fam = catalog.load(catalog.for_element(family, element))
+    for tile in fam.tiles:
+        if not fam.allows(tile, element, element_out or element):
+            continue
         k_tiles = selection.cdiv(k, tile[0][2])
         if family == "sm80":
             splits = [(s, mode) for s, mode in SPLITS_SM80
@@ -170,7 +173,7 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
             return Choice.from_json(record[0]), [_row_from_json(r) for r in record[1]]
 
     arch, sm_count = device_facts(device_id)
-    choices = candidates(family, k, element)
+    choices = candidates(family, k, element, element_out)
     _compile(choices, m, n, k, element, element_out, layout_b, activation, arch, sm_count, jobs, progress)
 
     import cupy

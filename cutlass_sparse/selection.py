@@ -55,7 +55,8 @@ def sm90_tile_cost(threadblock, cluster, splits: int, m: int, n: int, k: int, sm
 
 
 @functools.lru_cache(maxsize=4096)
-def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = None):
+def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = None, element: str = "f16",
+                element_out: str | None = None):
     """(tile, splits) of least cost among the sm90 catalog's tiles.
 
     By default only the persistent-scheduler tiles, unsplit: on the H100 sweep no
@@ -63,7 +64,10 @@ def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = Non
     (docs/tune90_splitk_h100.log). split_k > 1 leaves only stream-K tiles; the profiler
     (cs.tune) times all of them."""
     options = []
-    for tile in catalog.load("sm90").tiles:
+    family = catalog.load("sm90")
+    for tile in family.tiles:
+        if not family.allows(tile, element, element_out or element):
+            continue
         streamk = tile[5] == "streamk"
         if split_k is not None:
             choices = (split_k,) if (streamk or split_k == 1) else ()
@@ -100,7 +104,7 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
         family = catalog.for_element("sm80", element)
     fam = catalog.load(family)
     if family == "sm90":   # TMA: fixed 16-byte vectors (matmul refuses operands that break them)
-        tile, _ = choose_sm90(m, n, k, sm_count)
+        tile, _ = choose_sm90(m, n, k, sm_count, None, element, element_out)
         config = fam.config(tile, element, element_out, layout_b, 8, 16 // dtypes.numpy_dtype(element_out).itemsize)
         return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle))
     if n == 1 or element == "s8":

@@ -321,7 +321,7 @@ def resolve(m, n, k, device_id, element, element_out, layout_b, config, split_k,
             config = dataclasses.replace(config, swizzle=choice.swizzle)
     elif config is None:
         sm_count = operands.device_facts(device_id)[1]
-        tile, splits = selection.choose_sm90(m, n, k, sm_count, split_k)
+        tile, splits = selection.choose_sm90(m, n, k, sm_count, split_k, element, element_out)
         config = catalog.load("sm90").config(tile, element, element_out, layout_b, 8, alignment_c)
         config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], m, n, sm_count, config.swizzle))
     else:

@@ -105,3 +105,19 @@ def test_default_sm90_selection_never_splits_k():
         assert selection.choose_sm90(*shape, 132)[1] == 1
     tile, splits = selection.choose_sm90(4096, 16, 4096, 132, split_k=3)
     assert splits == 3 and tile[5] == "streamk"
+
+
+def test_a_tile_limited_to_some_outputs_is_refused_clearly_and_never_chosen():
+    # 128x256 with a float32 epilogue leaves one mainloop stage, which CUTLASS rejects
+    # (found by the default-catalog warm-up): the catalog limits that tile to f16/bf16 out.
+    from cutlass_sparse import catalog, profiler
+
+    fam = catalog.load("sm90")
+    wide = next(t for t in fam.tiles if t[0] == (128, 256, 128))
+    assert not fam.allows(wide, "f16", "f32") and fam.allows(wide, "bf16", "bf16")
+    with pytest.raises(ValueError, match="128x256x128 tile .* no f32 output: .*one mainloop stage"):
+        fam.config(wide, "f16", "f32", "row", 8, 4)
+    assert all(c.threadblock != (128, 256, 128) for c in fam.enumerate() if c.element_out == "f32")
+    for shape in [(4096, 4096, 4096), (256, 8192, 4096), (128, 16384, 1024)]:
+        assert selection.choose_sm90(*shape, 132, None, "f16", "f32")[0] != wide
+    assert all(c.tile != wide for c in profiler.candidates("sm90", 4096, "bf16", "f32"))
