@@ -65,10 +65,8 @@ def check_output_like(array, what: str, m: int, n: int, np_out, device_id: int):
 
 
 @functools.cache
-@functools.lru_cache(maxsize=None)
 def device_facts(device_id: int) -> tuple[str, int]:
-    """(arch, SM count) of a device; asked once (CuPy's Device.attributes reads every
-    attribute, about 100 us)."""
+    """(arch, SM count) of a device, asked once per device."""
     import cupy
 
     runtime = cupy.cuda.runtime

@@ -78,11 +78,6 @@ _params_cache: "OrderedDict[tuple, object]" = OrderedDict()
 _params_lock = threading.Lock()
 
 
-@functools.lru_cache(maxsize=64)
-def _sm_count(device_id: int) -> int:
-    return operands.device_facts(device_id)[1]
-
-
 def _prepare(loaded, compiled, device_id, block, info_out, setup):
     """First sight of a problem signature: run the setup leaving CuTe's TMA recipes, check
     what CUTLASS reports, and encode the recipes into descriptor templates."""
@@ -227,7 +222,7 @@ def _setup_block(compiled, device_id, pointers, ldb, ldc, ldd, m, n, k, alpha, b
     f["a"], f["e"], f["b"], f["c"], f["d"] = pointers
     f["ldb"], f["ldc"], f["ldd"] = ldb, ldc, ldd
     f["m"], f["n"], f["k"] = m, n, k
-    f["sm_count"] = _sm_count(device_id)
+    f["sm_count"] = operands.device_facts(device_id)[1]
     f["swizzle"], f["raster"] = swizzle, RASTER
     f["splits"], f["decomposition"] = scheduling.splits, DECOMPOSITIONS[scheduling.decomposition]
     f["alpha"], f["beta"], f["activation_arg"] = alpha, beta, activation_arg

@@ -92,6 +92,9 @@ def compile_all(configs, arch: str | None = None, jobs: int | None = None, progr
         for w in work:
             done(_compile_one(w))
         return results
+    from .cache import default_cache
+
+    default_cache()  # create the file (and its WAL mode) once, before the workers race to
     # forkserver: the caller may be a multi-threaded CUDA process (the profiler), which
     # must not be forked
     context = multiprocessing.get_context("forkserver")
