@@ -3,24 +3,29 @@
     import cutlass_sparse as cs
     sw = cs.compress(cs.prune_2to4(W))      # W: cupy [M, K] fp16/bf16
     y = cs.matmul(sw, x)                     # x: cupy [K, N] -> y: cupy [M, N]
+
+The package follows the data: describe (Problem, configurations, catalogs, selection)
+-> formats (2:4 layouts) -> emit (C++) -> build (NVRTC, cache) -> launch (family plans)
+-> plan (Problem -> plan) -> profiler -> api (the calls below). docs/FLOW.md maps it.
 """
-from .compiler import CompileError
-from .compress import SparseBatch, SparseMatrix, compress, prune_2to4
-from .description import SparseGemmConfig
-from .dtypes import bfloat16
+from .api.compress import compress
+from .api.matmul import linear, matmul, tune, workspace_size
+from .api.plan import Plan, plan
+from .build.compiler import CompileError
+from .build.kernels import emit
+from .describe import catalog
+from .describe.description import SparseGemmConfig
+from .describe.dtypes import bfloat16
 from .env import PACKAGE_VERSION as __version__
-from .matmul import linear, matmul, workspace_size
-from .plan import Plan, plan
-from .profiler import tune
+from .formats.matrices import SparseBatch, SparseMatrix
+from .formats.prune import prune_2to4
 
 
 def emit_source(config: SparseGemmConfig | str) -> str:
     """The CUDA C++ that cutlass-sparse compiles for a configuration (object or procedural name)."""
-    from . import catalog, kernels
-
     if isinstance(config, str):
         config = catalog.find(config)
-    return kernels.emit(config).source
+    return emit(config).source
 
 
 __all__ = ["CompileError", "SparseBatch", "SparseGemmConfig", "SparseMatrix", "bfloat16", "compress", "emit_source",

@@ -1,7 +1,7 @@
 """Dense references and timing helpers shared by the CLI, benchmarks and tests."""
 from __future__ import annotations
 
-from . import dtypes
+from .describe import dtypes
 
 
 def to_float32(array):

@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
-from cutlass_sparse import dtypes, reference  # noqa: E402
+from cutlass_sparse.describe import dtypes  # noqa: E402
+from cutlass_sparse import reference  # noqa: E402
 
 # The peers' table in ../shared/FACTS.md: (m, n, k).
 DEFAULT_SHAPES = [(8192, 8192, 8192), (16384, 16384, 16384), (4096, 4096, 4096), (11008, 4096, 4096),

@@ -21,7 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 import numpy as np  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
-from cutlass_sparse import cache, catalog, dtypes, kernels, profiler, reference, selection, warmup  # noqa: E402
+from cutlass_sparse.build import cache, kernels, warmup  # noqa: E402
+from cutlass_sparse.describe import catalog, dtypes, selection  # noqa: E402
+from cutlass_sparse.profiler.tune import format_table  # noqa: E402
+from cutlass_sparse import reference  # noqa: E402
 
 # Relative error (Frobenius) allowed against a float32 dense reference.
 TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
@@ -87,7 +90,7 @@ def run_on_gpu(args) -> int:
         print(f"profiling {args.m} x {args.n} x {args.k} ...", flush=True)
         winner, rows = cs.tune(sw, x, out_dtype=args.out_dtype, activation=args.activation, force=True,
                                progress=warmup.print_progress_text)
-        print(profiler.format_table(rows))
+        print(format_table(rows))
         print(f"winner        {winner.label} (recorded in {cache.default_cache().path})")
 
     info: dict = {}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cutlass_sparse import cache, warmup  # noqa: E402
+from cutlass_sparse.build import cache, warmup  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -97,7 +97,7 @@ def tune_shapes(path: str, index: int, count: int, jobs: int) -> int:
     import cupy
 
     import cutlass_sparse as cs
-    from cutlass_sparse import dtypes
+    from cutlass_sparse.describe import dtypes
 
     shapes = warmup.shard_list(parse_shapes(path), index, count)
     failed = 0

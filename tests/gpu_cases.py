@@ -48,7 +48,7 @@ ACTIVATIONS = ["identity", "relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "s
 
 
 def sm90_streamk_config(dtype="f16", layout="row"):
-    from cutlass_sparse import catalog
+    from cutlass_sparse.describe import catalog
 
     fam = catalog.load("sm90")
     tile = next(t for t in fam.tiles if t[5] == "streamk")
@@ -56,7 +56,7 @@ def sm90_streamk_config(dtype="f16", layout="row"):
 
 
 def sm90_configs(sm_count: int = 132):
-    from cutlass_sparse import catalog, selection
+    from cutlass_sparse.describe import catalog, selection
 
     fam = catalog.load("sm90")
     for m, n, k in SM90_SHAPES + [(256, 64, 256), (200, 64, 256), (128, 64, 128), (200, 64, 256)]:
@@ -78,8 +78,10 @@ def issue4_configs(family: str, sm_count: int = 132):
     compiles them in parallel; anything missed compiles on first use)."""
     import dataclasses
 
-    from cutlass_sparse import catalog, selection, sm80
-    from cutlass_sparse.description import ReductionConfig
+    from cutlass_sparse.describe import catalog, selection
+
+    from cutlass_sparse.describe.problem import Split
+    from cutlass_sparse.describe.description import ReductionConfig
 
     def base(m, n, k, dtype, layout):
         if family == "sm90":
@@ -96,12 +98,12 @@ def issue4_configs(family: str, sm_count: int = 132):
     for m, n, k in SM80_SPLIT_SHAPES:
         config = base(m, n, k, "f16", "row")
         yield config
-        yield sm80.gemm_variant(config, sm80.Split(2, "parallel"), "identity")
-        yield ReductionConfig("f16", sm80.reduction_alignment("f16", n), "identity")
+        yield selection.gemm_variant(config, Split(2, "parallel"), "identity")
+        yield ReductionConfig("f16", selection.reduction_alignment("f16", n), "identity")
     config = base(200, 48, 1000, "bf16", "col")
     yield dataclasses.replace(config, activation="gelu")
-    yield sm80.gemm_variant(config, sm80.Split(3, "parallel"), "gelu")
-    yield ReductionConfig("bf16", sm80.reduction_alignment("bf16", 48), "gelu")
+    yield selection.gemm_variant(config, Split(3, "parallel"), "gelu")
+    yield ReductionConfig("bf16", selection.reduction_alignment("bf16", 48), "gelu")
     for m, n, k in ((200, 40, 100), (256, 64, 512)):
         for layout in LAYOUTS:
             for activation in ("tanh", "identity"):
@@ -115,7 +117,7 @@ def issue4_configs(family: str, sm_count: int = 132):
 
 
 def configs(sm_count: int = 132):
-    from cutlass_sparse import selection
+    from cutlass_sparse.describe import selection
 
     for (m, n, k), dtype, out, layout in cases():
         if layout == "row" and n % 2:
@@ -131,8 +133,8 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     on the CPU machine and carried, so device time is not spent compiling."""
     import importlib.util
 
-    from cutlass_sparse import profiler
-    from cutlass_sparse.description import CompressorConfig
+    from cutlass_sparse.profiler import records, tune
+    from cutlass_sparse.describe.description import CompressorConfig
 
     def script(name):
         path = Path(__file__).resolve().parent.parent / "scripts" / name
@@ -143,11 +145,11 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
 
     sm80_items = list(configs(sm_count)) + list(issue4_configs("sm80", sm_count))
     sm90_items = [CompressorConfig(d) for d in DTYPES] + list(sm90_configs(sm_count))
-    sm90_items += list(issue4_configs("sm90", sm_count)) + script("device/sweep_splitk.py").candidates()
+    sm90_items += list(issue4_configs("sm90", sm_count))
     for family, (m, n, k) in [("sm80", (512, 16, 1024)), ("sm80", (256, 256, 256)), ("sm90", (1024, 16, 1024)),
                               ("sm90", (4096, 4096, 4096)), ("sm90", (4096, 16, 4096))]:   # profiler
-        choices = profiler.candidates(family, k)
-        items = profiler.candidate_configs(choices, m, n, k, "f16", "f16", "row", "identity", sm_count)
+        choices = records.candidates(family, k)
+        items = tune.candidate_configs(choices, m, n, k, "f16", "f16", "row", "identity", sm_count)
         (sm80_items if family == "sm80" else sm90_items).extend(items)
     for dtype in DTYPES:   # scripts/bench.py
         for m, n, k in script("bench.py").DEFAULT_SHAPES:
@@ -161,13 +163,13 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
 
 
 def selection_config(m, n, k, dtype, family, sm_count):
-    from cutlass_sparse import selection
+    from cutlass_sparse.describe import selection
 
     return selection.config_for_shape(m, n, k, dtype, dtype, "row", sm_count, family)
 
 
 if __name__ == "__main__":
-    from cutlass_sparse import warmup
+    from cutlass_sparse.build import warmup
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--arch", default="sm_90")
@@ -182,7 +184,7 @@ if __name__ == "__main__":
         for arch in ("sm_90", "sm_90a"):
             results += warmup.compile_all([c for c, a in items if a == arch], arch, args.jobs)
     elif args.family == "sm90":
-        from cutlass_sparse.description import CompressorConfig
+        from cutlass_sparse.describe.description import CompressorConfig
 
         wanted = [CompressorConfig(d) for d in DTYPES] + list(sm90_configs(args.sm_count))
         wanted += list(issue4_configs("sm90", args.sm_count))

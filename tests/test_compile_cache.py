@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cutlass_sparse import arguments, compiler, cubin, kernels
-from cutlass_sparse.cache import KernelCache, UnsafeCacheError
-from cutlass_sparse.description import SparseGemmConfig
+from cutlass_sparse.emit import arguments
+
+from cutlass_sparse.build import compiler, cubin, kernels
+from cutlass_sparse.build.cache import KernelCache, UnsafeCacheError
+from cutlass_sparse.describe.description import SparseGemmConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = SparseGemmConfig(family="sm80", element="f16", element_out="f16", layout_b="col",
@@ -67,8 +69,8 @@ def test_corrupted_entry_is_dropped_and_recompiled(tmp_path):
 
 def test_second_process_loads_from_cache_without_compiling(tmp_path, shared_cache_path):
     kernels.get(SMALL, "sm_80", KernelCache(shared_cache_path))
-    script = ("import json, sys, time; from cutlass_sparse import kernels; "
-              "from cutlass_sparse.description import SparseGemmConfig; "
+    script = ("import json, sys, time; from cutlass_sparse.build import kernels; "
+              "from cutlass_sparse.describe.description import SparseGemmConfig; "
               "cfg = SparseGemmConfig.from_json(json.loads(sys.argv[1])); t = time.perf_counter(); "
               "k = kernels.get(cfg, 'sm_80'); print(k.from_cache, round((time.perf_counter() - t) * 1e3, 1))")
     env = dict(os.environ, CUTLASS_SPARSE_CACHE=str(shared_cache_path), CUTLASS_SPARSE_NO_COMPILE="1",

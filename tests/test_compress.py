@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import cutlass_sparse as cs
-from cutlass_sparse.compress import SparseMatrix
+from cutlass_sparse.formats.matrices import SparseMatrix
 
 DTYPES = [np.float16, ml_dtypes.bfloat16]
 
@@ -126,7 +126,7 @@ def test_sparse_matrix_records_its_layout():
 
 
 def test_from_float32_rounds_like_ml_dtypes():
-    from cutlass_sparse import dtypes
+    from cutlass_sparse.describe import dtypes
 
     rng = np.random.default_rng(4)
     x = np.concatenate([rng.standard_normal(5000).astype(np.float32) * 1e3,

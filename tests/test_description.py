@@ -1,8 +1,8 @@
 import pytest
 from cutlass_library.library import DataType, LayoutType, OpcodeClass
 
-from cutlass_sparse import catalog, selection
-from cutlass_sparse.description import SparseGemmConfig
+from cutlass_sparse.describe import catalog, selection
+from cutlass_sparse.describe.description import SparseGemmConfig
 
 
 def make(**over):
@@ -110,7 +110,8 @@ def test_default_sm90_selection_never_splits_k():
 def test_a_tile_limited_to_some_outputs_is_refused_clearly_and_never_chosen():
     # 128x256 with a float32 epilogue leaves one mainloop stage, which CUTLASS rejects
     # (found by the default-catalog warm-up): the catalog limits that tile to f16/bf16 out.
-    from cutlass_sparse import catalog, profiler
+    from cutlass_sparse.describe import catalog
+    from cutlass_sparse.profiler import records as profiler
 
     fam = catalog.load("sm90")
     wide = next(t for t in fam.tiles if t[0] == (128, 256, 128))

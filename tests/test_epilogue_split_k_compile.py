@@ -4,9 +4,17 @@ import dataclasses
 
 import pytest
 
-from cutlass_sparse import arguments, catalog, cubin, epilogue, kernels, sm80
-from cutlass_sparse.cache import KernelCache
-from cutlass_sparse.description import ACTIVATIONS, ReductionConfig, SparseGemmConfig
+from cutlass_sparse.emit import arguments, epilogue
+
+from cutlass_sparse.describe import catalog
+
+from cutlass_sparse.build import cubin, kernels
+
+from cutlass_sparse.launch import sm80
+from cutlass_sparse.describe import selection
+from cutlass_sparse.describe.problem import Split
+from cutlass_sparse.build.cache import KernelCache
+from cutlass_sparse.describe.description import ACTIVATIONS, ReductionConfig, SparseGemmConfig
 
 SMALL = SparseGemmConfig(family="sm80", element="f16", element_out="f16", layout_b="row",
                          threadblock=(64, 64, 64), warps=(2, 2, 1), stages=4, instruction=(16, 8, 32),
@@ -63,20 +71,20 @@ def test_configurations_refuse_bad_epilogue_and_split_options():
 
 def test_workspace_sizes():
     tile = (128, 128, 64)
-    assert sm80.workspace_parts(256, 100, tile, sm80.Split()) == (0, 0)
+    assert sm80.workspace_parts(256, 100, tile, Split()) == (0, 0)
     # serial: one int per output tile (2 x 1 tiles), rounded to 256 bytes
-    assert sm80.workspace_parts(256, 100, tile, sm80.Split(3, "serial")) == (256, 0)
+    assert sm80.workspace_parts(256, 100, tile, Split(3, "serial")) == (256, 0)
     # parallel: fp32 partials [slices, M_pad, N padded to 8]
-    assert sm80.workspace_parts(256, 100, tile, sm80.Split(3, "parallel")) == (0, 3 * 256 * 104 * 4)
-    assert sm80.workspace_parts(32, 1, tile, sm80.Split(2, "parallel")) == (0, 2 * 32 * 8 * 4)
+    assert sm80.workspace_parts(256, 100, tile, Split(3, "parallel")) == (0, 3 * 256 * 104 * 4)
+    assert sm80.workspace_parts(32, 1, tile, Split(2, "parallel")) == (0, 2 * 32 * 8 * 4)
 
 
 def test_parallel_split_k_gemm_writes_fp32_partials_without_activation():
-    variant = sm80.gemm_variant(SMALL, sm80.Split(4, "parallel"), "gelu")
+    variant = selection.gemm_variant(SMALL, Split(4, "parallel"), "gelu")
     assert (variant.element_out, variant.alignment_c, variant.activation) == ("f32", 4, "identity")
-    serial = sm80.gemm_variant(SMALL, sm80.Split(4, "serial"), "gelu")
+    serial = selection.gemm_variant(SMALL, Split(4, "serial"), "gelu")
     assert serial == dataclasses.replace(SMALL, activation="gelu")
-    assert sm80.gemm_variant(SMALL, sm80.Split(1, "parallel"), "relu") == dataclasses.replace(SMALL, activation="relu")
+    assert selection.gemm_variant(SMALL, Split(1, "parallel"), "relu") == dataclasses.replace(SMALL, activation="relu")
 
 
 @pytest.mark.parametrize("element_out,alignment_c", [("s32", 4), ("s32", 1), ("s8", 8)])

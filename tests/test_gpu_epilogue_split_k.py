@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import cutlass_sparse as cs
-from cutlass_sparse import dtypes, reference
+from cutlass_sparse.describe import dtypes
+from cutlass_sparse import reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_cases  # noqa: E402

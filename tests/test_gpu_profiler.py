@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 import cutlass_sparse as cs
-from cutlass_sparse import cache, env, profiler, selection
+from cutlass_sparse.build import cache
+from cutlass_sparse import env
+from cutlass_sparse.describe import selection
+from cutlass_sparse.profiler import records as profiler
+from cutlass_sparse.profiler.tune import format_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_gpu_matmul import check, random_operands  # noqa: E402
@@ -20,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SECOND_PROCESS = """
 import sys, cupy
 import cutlass_sparse as cs
-from cutlass_sparse import profiler
+from cutlass_sparse.profiler import tune as profiler
 def refuse(*args, **kwargs):
     raise AssertionError("profiled again")
 profiler.tune = refuse
@@ -59,7 +63,7 @@ def test_profiler_records_a_winner_that_a_second_process_uses(family, shape, tmp
         default = profiler.Choice("sm90", *selection.choose_sm90(m, n, k, 132))
     default_rows = [r for r in ok if r.choice == default]
     assert default_rows and rows[0].ms <= default_rows[0].ms
-    print(profiler.format_table(rows))
+    print(format_table(rows))
 
     info = {}
     check(cs.matmul(sw, x, info=info), w, x, "f16")     # this process: the recorded winner

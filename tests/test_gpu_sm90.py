@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cutlass_sparse as cs
-from cutlass_sparse import dtypes
+from cutlass_sparse.describe import dtypes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_cases  # noqa: E402

@@ -2,7 +2,7 @@
 names the argument and the rule."""
 import pytest
 
-from cutlass_sparse import operands
+from cutlass_sparse.api import operands
 
 
 @pytest.mark.parametrize("split_k", [0, -1, 2.5, True, "2"])

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cutlass_sparse import catalog, profiler, selection
-from cutlass_sparse.cache import KernelCache
+from cutlass_sparse.describe import catalog, selection
+
+from cutlass_sparse.profiler import records as profiler
+from cutlass_sparse.profiler.tune import Row, format_table
+from cutlass_sparse.build.cache import KernelCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import warmup_cache  # noqa: E402
@@ -83,9 +86,9 @@ def test_shapes_file(tmp_path):
 
 def test_profiler_table_format():
     choice = profiler.Choice("sm80", catalog.load("sm80").tiles[0])
-    rows = [profiler.Row(choice, 0.010, 30.0, "ok"), profiler.Row(choice, 0.020, 15.0, "ok"),
-            profiler.Row(choice, None, None, "wrong: relative error 1.0e+00")]
-    text = profiler.format_table(rows)
+    rows = [Row(choice, 0.010, 30.0, "ok"), Row(choice, 0.020, 15.0, "ok"),
+            Row(choice, None, None, "wrong: relative error 1.0e+00")]
+    text = format_table(rows)
     assert "1.00" in text and "0.50" in text and "wrong" in text
 
 

@@ -2,10 +2,17 @@
 header patches apply, and the compiled kernel reports what the launcher relies on."""
 import pytest
 
-from cutlass_sparse import catalog, cubin, kernels, nvrtc_headers, tma
-from cutlass_sparse.cache import KernelCache
-from cutlass_sparse.description import CompressorConfig
-from cutlass_sparse.emit_sm90 import COMPRESS, SETUP
+from cutlass_sparse.describe import catalog
+
+from cutlass_sparse.build import cubin, kernels
+
+from cutlass_sparse.emit import nvrtc_headers
+
+from cutlass_sparse.launch import tma
+from cutlass_sparse.build.cache import KernelCache
+from cutlass_sparse.describe.description import CompressorConfig
+from cutlass_sparse.emit.sm90 import SETUP
+from cutlass_sparse.emit.sm90_compressor import COMPRESS
 
 
 def test_header_patches_apply_once_each():

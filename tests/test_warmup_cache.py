@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cutlass_sparse import warmup
-from cutlass_sparse.cache import KernelCache
+from cutlass_sparse.build import warmup
+from cutlass_sparse.build.cache import KernelCache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +62,7 @@ def test_shards_then_merge(tmp_path):
 
 WRITER = """
 import sys, time
-from cutlass_sparse.cache import KernelCache
+from cutlass_sparse.build.cache import KernelCache
 if len(sys.argv) > 4:
     time.sleep(max(0.0, float(sys.argv[4]) - time.time()))
 cache = KernelCache(sys.argv[1])
@@ -138,7 +138,8 @@ def test_read_only_cache_serves_and_keeps_new_kernels_in_memory(tmp_path, monkey
 
 
 def test_entries_of_another_toolchain_are_not_served(monkeypatch):
-    from cutlass_sparse import env, kernels
+    from cutlass_sparse import env
+    from cutlass_sparse.build import kernels
 
     source, options = "// some kernel", ["-arch=sm_80"]
     ours = kernels.cache_key(source, "sm_80", options)
@@ -150,7 +151,7 @@ def test_cache_command_line(tmp_path):
     db = tmp_path / "cli.db"
     KernelCache(db).put("abc", "some_kernel", "sm_80", b"bytes", {})
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "cutlass_sparse.cache", *args, "--path", str(db)],
+        return subprocess.run([sys.executable, "-m", "cutlass_sparse.build.cache", *args, "--path", str(db)],
                               capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert "some_kernel" in cli("ls").stdout
     assert "1 kernels" in cli("stats").stdout
@@ -160,7 +161,7 @@ def test_cache_command_line(tmp_path):
 
 def test_workers_compile_every_kind_of_kernel(tmp_path, monkeypatch):
     # GEMMs, the split-K reduction and the sm90 compressor all travel to workers as JSON.
-    from cutlass_sparse.description import CompressorConfig, ReductionConfig
+    from cutlass_sparse.describe.description import CompressorConfig, ReductionConfig
 
     monkeypatch.setenv("CUTLASS_SPARSE_CACHE", str(tmp_path / "kinds.db"))
     items = [(ReductionConfig("f16", 8, "relu"), "sm_80"), (CompressorConfig("bf16"), "sm_90a")]

@@ -4,7 +4,7 @@ import cupy
 
 import cutlass_sparse as cs
 from cutlass_sparse import reference
-from cutlass_sparse.operands import matrix_layout
+from cutlass_sparse.api.operands import matrix_layout
 
 
 def sm90_problem(m: int, n: int, k: int, rng):

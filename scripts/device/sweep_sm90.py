@@ -10,8 +10,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import cupy  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
-from cutlass_sparse import reference, warmup  # noqa: E402
-from cutlass_sparse.description import SparseGemmConfig  # noqa: E402
+from cutlass_sparse import reference  # noqa: E402
+from cutlass_sparse.build import warmup  # noqa: E402
+from cutlass_sparse.describe.description import SparseGemmConfig  # noqa: E402
 
 
 def cand(tb, cluster, schedule):

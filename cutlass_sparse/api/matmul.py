@@ -1,0 +1,159 @@
+"""cs.matmul, cs.linear, cs.workspace_size, cs.tune: the public calls. Operands are checked
+into a Problem (api.operands), the Problem gets its plan (plan.plans: looked up, or made
+with the kernel chosen from config, profiler record or heuristic), and the plan launches.
+"""
+from __future__ import annotations
+
+from ..describe import catalog
+from ..describe.description import SparseGemmConfig
+from ..formats.matrices import SparseBatch, SparseMatrix
+from ..plan import plans
+from ..profiler import tune as profiler
+from . import batched, operands
+
+
+def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0.0, c=None, bias=None,
+           activation: str = "identity", leaky_slope: float = 0.01, out_dtype=None,
+           config: str | SparseGemmConfig | None = None, family: str | None = None,
+           split_k: int | None = None, split_k_mode: str | None = None, workspace=None,
+           autotune: bool = False, force_profile: bool = False, info: dict | None = None):
+    """y = activation(alpha * (sw @ x) + beta * c + bias), by a CUTLASS 2:4 sparse tensor-core kernel.
+
+    sw: SparseMatrix [M, K] (from cs.compress, on the device). x: device array [K, N],
+    row- or column-major, same dtype as sw; or [batch, K, N] (sw shared by the batch; out
+    and c are then [batch, M, N]). sw may also be a SparseBatch (cs.compress of a
+    [batch, M, K] array): each matrix times its x[i], or times one shared 2-D x. c (read when beta != 0) and out: [M, N]
+    row-major of the output dtype (x's dtype, or f32 with out_dtype="f32"). Returns a
+    CuPy [M, N] row-major array (`out` if given). Runs on the current CuPy stream and
+    never synchronizes. `info`, if a dict, receives what was chosen.
+
+    bias: [M] or [M, 1] (one value per output row, as a Linear layer's bias) or [1, N]
+    (one per column), of the output dtype. activation: "identity", "relu", "leaky_relu"
+    (negative slope leaky_slope), "gelu" (erf), "gelu_tanh", "silu", "sigmoid", "tanh"
+    or "hardswish", applied in the kernel's epilogue.
+
+    family: "sm80" (CUTLASS 2.x, mma.sp, any shape) or "sm90" (CUTLASS 3.x, wgmma.sp +
+    TMA, sm_90 GPUs). Default: the family sw was compressed for (cs.compress picks sm90
+    on an sm_90 GPU). A matrix compressed for one family is refused by the other:
+    convert it with sw.to_layout(family).
+
+    split_k: K slices. split_k_mode "serial" (default): slices add into D in order, in
+    the GEMM kernel (sm80: semaphores; sm90: CUTLASS 3.x's stream-K scheduler). "parallel"
+    (sm80 only): slices write fp32 partials to a workspace that a reduction kernel sums,
+    applying the epilogue. workspace: a device buffer of at least cs.workspace_size(...)
+    bytes; default: one from CuPy's memory pool.
+
+    Kernel choice: `config` if given; else the profiler's recorded winner for this
+    problem's signature (cs.tune); else a heuristic. autotune=True profiles on a miss;
+    force_profile=True profiles again. Profiling synchronizes and takes seconds to minutes.
+    """
+    import cupy
+
+    family = operands.check_sparse(sw, family)
+    if isinstance(config, str):
+        config = catalog.find(config, family)
+    x = operands.as_device_array(x, "x")
+    epilogue = dict(alpha=alpha, beta=beta, c=c, bias=bias, activation=activation, leaky_slope=leaky_slope,
+                    out_dtype=out_dtype, split_k=split_k)
+    if (isinstance(sw, SparseBatch) or x.ndim == 3) and family == "sm90":
+        return _as_one_wide_gemm(sw, x, out=out, config=config, info=info, **epilogue)
+    if isinstance(sw, SparseBatch) or x.ndim == 3:
+        return batched.matmul(sw, x, out=out, config=config, info=info, **epilogue)
+    call = operands.gemm_call(sw, x, family=family, out=out, split_k_mode=split_k_mode, **epilogue)
+    if workspace is not None:
+        workspace = operands.as_device_array(workspace, "workspace")
+        operands.check_same_device(workspace, "workspace", call.problem.device_id)
+    with cupy.cuda.Device(call.problem.device_id):
+        if (autotune or force_profile) and config is None and split_k is None and split_k_mode is None:
+            profiler.tune(call.problem, sw, x, force=force_profile)   # records the winner plans.get uses
+        plan = plans.get(call.problem, config)
+        result = plan.run(sw, x, call.out, operands.folded_c(call), workspace)
+    if info is not None:
+        info.update(plan.info())
+    return result
+
+
+def _as_one_wide_gemm(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, split_k,
+                      info):
+    """sm90, one weight times a batch of x: one GEMM over the concatenated columns,
+    sw @ [x[0] | x[1] | ...], which is what a batched kernel would compute with a wider N.
+    A batch of column-major x[i] stored one after another is read in place; other layouts
+    cost one copy of x. The result is a [batch, M, N] view of the [M, batch*N] D."""
+    import cupy
+
+    if isinstance(sw, SparseBatch):
+        raise ValueError("a SparseBatch is compressed in the sm80 layout; the sm90 family takes one shared weight")
+    batch, k_rows, n = x.shape
+    m, k = sw.shape
+    if batch == 0 or k_rows != k:
+        raise ValueError(f"x must be [batch >= 1, {k}, N], got {x.shape}")
+    wide_x = x.transpose(1, 0, 2).reshape(k, batch * n)      # a view when each x[i] is column-major
+    if bias is not None and bias.shape == (1, n):
+        bias = cupy.tile(bias, (1, batch))
+    if beta != 0.0 and c is not None and c.ndim == 3:
+        c = c.transpose(1, 0, 2).reshape(m, batch * n)
+    elif beta != 0.0 and c is not None:
+        c = cupy.tile(c, (1, batch))
+    wide = matmul(sw, wide_x, alpha=alpha, beta=beta, c=c, bias=bias, activation=activation,
+                  leaky_slope=leaky_slope, out_dtype=out_dtype, config=config, family="sm90", split_k=split_k,
+                  info=info)
+    y = wide.reshape(m, batch, n).transpose(1, 0, 2)
+    if out is None:
+        return y
+    out = operands.as_device_array(out, "out")
+    if out.shape != y.shape or out.dtype != y.dtype:
+        raise ValueError(f"out must be {list(y.shape)} of dtype {y.dtype}, got {out.shape} {out.dtype}")
+    out[...] = y
+    return out
+
+
+def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseGemmConfig | None = None,
+                   family: str | None = None, split_k: int | None = None, split_k_mode: str | None = None,
+                   activation: str = "identity") -> int:
+    """Bytes of workspace cs.matmul needs for these operands and options (0 when none).
+
+    Pass a buffer at least this large as matmul(..., workspace=buf) to keep a call free of
+    allocation (CUDA graph capture); the result is the same for any data of these shapes.
+    """
+    import cupy
+
+    family = operands.check_sparse(sw, family)
+    if isinstance(config, str):
+        config = catalog.find(config, family)
+    x = operands.as_device_array(x, "x")
+    call = operands.gemm_call(sw, x, family=family, out_dtype=out_dtype, split_k=split_k,
+                              split_k_mode=split_k_mode, activation=activation)
+    with cupy.cuda.Device(call.problem.device_id):
+        return plans.get(call.problem, config).workspace_bytes
+
+
+def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | None = None,
+         force: bool = False, jobs: int | None = None, progress=None):
+    """Profile every candidate kernel for sw @ x, record the fastest verified one for this
+    problem's signature and return (winner, table of rows). With a record already there
+    and force=False, returns it without profiling. progress(done, total, text) is called
+    as work finishes. Synchronizes; takes seconds to minutes."""
+    import cupy
+
+    family = operands.check_sparse(sw, family)
+    x = operands.as_device_array(x, "x")
+    call = operands.gemm_call(sw, x, family=family, out_dtype=out_dtype, activation=activation)
+    with cupy.cuda.Device(call.problem.device_id):
+        return profiler.tune(call.problem, sw, x, force=force, jobs=jobs, progress=progress)
+
+
+def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **options):
+    """A Linear layer with a 2:4 sparse weight: activation(x @ w.T + bias).
+
+    x: [tokens, K] device array; sw: the compressed weight [features, K]; bias: [features].
+    Computed as w @ x.T, which reads x in place (x.T is column-major) and writes
+    [features, tokens] row-major: the result is its transpose, a [tokens, features] view
+    with no copy (Fortran-ordered; its .T is contiguous, and a following cs.linear reads
+    it as it is). Other options go to cs.matmul.
+    """
+    if not isinstance(sw, SparseMatrix):
+        raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (one weight), got {type(sw).__name__}")
+    x = operands.as_device_array(x, "x")
+    if x.ndim != 2:
+        raise ValueError(f"x must be 2-D [tokens, K], got shape {x.shape}")
+    return matmul(sw, x.T, bias=bias, activation=activation, **options).T

@@ -1,0 +1,219 @@
+"""Operand checks shared by every launch path: device arrays, layouts, output types,
+epilogue and split-K options. Each rule a kernel relies on is checked here and reported
+as a Python exception that names the argument (never a kernel fault or a silent wrong
+answer)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import reference
+from ..describe import dtypes
+from ..describe.description import ACTIVATIONS
+from ..describe.problem import Epilogue, Operand, Problem, alignment_class
+from ..formats.matrices import SparseBatch, SparseMatrix
+from ..launch import device
+
+SPLIT_K_MODES = {"sm80": ("serial", "parallel"), "sm90": ("serial",)}
+
+
+def as_device_array(x, what: str):
+    """A CuPy view of `x` (cupy array, __cuda_array_interface__ or DLPack object); never a copy."""
+    import cupy
+
+    if isinstance(x, cupy.ndarray):
+        return x
+    if isinstance(x, np.ndarray):
+        raise TypeError(f"{what} is a numpy array in host memory; matmul needs a device array "
+                        f"(cupy.ndarray, or any __cuda_array_interface__ / DLPack GPU array): "
+                        f"use cupy.asarray({what})")
+    if hasattr(x, "__cuda_array_interface__"):
+        return cupy.asarray(x)
+    if hasattr(x, "__dlpack__"):
+        return cupy.from_dlpack(x)
+    raise TypeError(f"{what} must be a device array (cupy.ndarray or __cuda_array_interface__), "
+                    f"got {type(x).__name__}")
+
+
+def matrix_layout(x, what: str) -> tuple[str, int]:
+    """('row', ld) or ('col', ld) in elements for a 2-D device array with one unit stride."""
+    rows, cols = x.shape
+    item = x.dtype.itemsize
+    s0, s1 = x.strides
+    if cols == 1 and s0 == item and rows > 1:
+        return "col", rows      # a single column is both; column-major aligns on K
+    if (s1 == item or cols == 1) and s0 % item == 0 and (s0 // item >= cols or rows == 1):
+        return "row", max(s0 // item, cols)
+    if (s0 == item or rows == 1) and s1 % item == 0 and (s1 // item >= rows or cols == 1):
+        return "col", max(s1 // item, rows)
+    raise ValueError(f"{what} of shape {x.shape} with strides {x.strides} has no unit stride along "
+                     f"either dimension; pass a row- or column-major array (e.g. cupy.ascontiguousarray)")
+
+
+def check_same_device(array, what: str, device_id: int) -> None:
+    if array.device.id != device_id:
+        raise ValueError(f"{what} is on device {array.device.id}, but x is on device {device_id}")
+
+
+def check_output_like(array, what: str, m: int, n: int, np_out, device_id: int):
+    array = as_device_array(array, what)
+    if array.shape != (m, n) or array.dtype != np_out:
+        raise ValueError(f"{what} must be [{m}, {n}] of dtype {np_out}, got {array.shape} {array.dtype}")
+    check_same_device(array, what, device_id)
+    item = array.dtype.itemsize
+    unit_columns = array.strides[1] == item or n == 1
+    if not (unit_columns and (array.strides[0] >= n * item or m == 1) and array.strides[0] % item == 0):
+        raise ValueError(f"{what} must be row-major: CUTLASS 2.x sparse kernels read C and write D row-major")
+    return array
+
+
+def row_stride(array, cols: int) -> int:
+    """Leading dimension of a row-major 2-D array (single-row arrays may report any stride)."""
+    return max(array.strides[0] // array.dtype.itemsize, cols)
+
+
+def output_type(element: str, out_dtype) -> str:
+    """D's element: the input type by default (int32 for int8), or one the kernels offer."""
+    allowed = dtypes.outputs_for(element)
+    element_out = allowed[0] if out_dtype is None else dtypes.parse(out_dtype)
+    if element_out not in allowed:
+        raise ValueError(f"out_dtype {out_dtype!r}: {element} inputs give one of {allowed}")
+    return element_out
+
+
+def check_activation(activation, leaky_slope) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not one of {sorted(ACTIVATIONS)}")
+    if not np.isfinite(leaky_slope):
+        raise ValueError(f"leaky_slope must be finite, got {leaky_slope!r}")
+
+
+def check_split_k(split_k, split_k_mode, family):
+    if split_k is not None and (isinstance(split_k, bool) or not isinstance(split_k, (int, np.integer))
+                                or split_k < 1):
+        raise ValueError(f"split_k must be an integer >= 1, got {split_k!r}")
+    if split_k_mode is not None and split_k_mode not in ("serial", "parallel"):
+        raise ValueError(f"split_k_mode {split_k_mode!r} must be 'serial' or 'parallel'")
+    if split_k_mode is not None and split_k_mode not in SPLIT_K_MODES[family]:
+        raise ValueError(f"split_k_mode {split_k_mode!r} is not offered by the {family} family (it has "
+                         f"{SPLIT_K_MODES[family]}: CUTLASS 3.x reduces K slices inside the GEMM kernel)")
+    return (None if split_k is None else int(split_k)), split_k_mode
+
+
+def check_int8(layout_b: str, n: int, element_out: str, activation: str, split_k, split_k_mode) -> None:
+    if layout_b != "col":
+        raise ValueError("x is row-major; int8 tensor cores read B K-major: pass a column-major x "
+                         "(cupy.asfortranarray(x), or the transpose of a row-major [N, K] array)")
+    if activation != "identity":
+        raise ValueError(f"activation {activation!r} needs a floating-point output; int8 GEMMs give int32 "
+                         f"or int8 (scaled by alpha and clamped)")
+    if (split_k or 1) > 1 and (split_k_mode == "parallel" or element_out == "s8"):
+        raise ValueError("int8 split-K: serial with an int32 output only (an int8 D would clamp the partial "
+                         "sums; the parallel reduction sums float32 partials)")
+
+
+def with_bias(bias, c, beta, m, n, np_out, device_id):
+    """C for the epilogue with a bias folded in: bias broadcast to [M, N] (+ beta * c)."""
+    import cupy
+
+    bias = as_device_array(bias, "bias")
+    check_same_device(bias, "bias", device_id)
+    if bias.dtype != np_out:
+        raise TypeError(f"bias has dtype {bias.dtype}; it must have the output dtype {np_out}")
+    if bias.shape in ((m,), (m, 1)):
+        rows = bias.reshape(m, 1)
+    elif bias.shape == (1, n):
+        rows = bias
+    else:
+        raise ValueError(f"bias of shape {bias.shape} must be [{m}] or [{m}, 1] (one per output row) "
+                         f"or [1, {n}] (one per column)")
+    # A bit copy, so it works for bf16, which CuPy cannot compute in.
+    bits = np.dtype(f"u{np_out.itemsize}")
+    full = cupy.empty((m, n), dtype=np_out)
+    full.view(bits)[...] = rows.view(bits)
+    if c is None or beta == 0.0:
+        return full
+    return dtypes.from_float32(reference.to_float32(full) + float(beta) * reference.to_float32(c), np_out)
+
+
+def check_sparse(sw, family):
+    """sw and the family that runs it (default: the one sw was compressed for)."""
+    if not isinstance(sw, (SparseMatrix, SparseBatch)):
+        raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (from cs.compress), got {type(sw).__name__}")
+    family = family or sw.layout
+    if family not in ("sm80", "sm90"):
+        raise ValueError(f"family {family!r} must be 'sm80' or 'sm90'")
+    if sw.layout != family:
+        raise ValueError(f"sw is compressed in the {sw.layout!r} layout; the {family} kernels read "
+                         f"{family!r} metadata: convert with sw.to_layout({family!r}) or pass family={sw.layout!r}")
+    if not sw.is_device:
+        raise TypeError("sw holds host (numpy) arrays; call sw.to_device() or compress a cupy array")
+    return family
+
+
+@dataclass(frozen=True)
+class GemmCall:
+    """One checked 2-D call: its Problem and the arrays it runs on (C with a bias folded in)."""
+
+    problem: Problem
+    out: object
+    c: object
+    bias: object = None
+    beta_c: float = 0.0          # the caller's beta on c, when a bias is folded in with it
+
+
+def _operand(array, layout: str, ld: int) -> Operand:
+    return Operand(layout, ld, alignment_class(array.data.ptr))
+
+
+def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias=None, activation="identity",
+              leaky_slope=0.01, out_dtype=None, split_k=None, split_k_mode=None) -> GemmCall:
+    """Check a 2-D call's operands and describe it as a Problem. x is a device array."""
+    if x.ndim != 2:
+        raise ValueError(f"x must be 2-D [K, N] (or 3-D [batch, K, N]), got shape {x.shape}")
+    if x.dtype != sw.dtype:
+        raise TypeError(f"x has dtype {x.dtype}, but sw is {sw.dtype}: both operands must have the same dtype")
+    m, k = sw.shape
+    k_rows, n = x.shape
+    if k_rows != k:
+        raise ValueError(f"x has {k_rows} rows, but sw has K = {k} columns (x must be [K, N] = [{k}, N])")
+    if n == 0:
+        raise ValueError("x has N = 0 columns")
+    device_id = x.device.id
+    check_same_device(sw.values, "sw", device_id)
+    element = dtypes.operand_name(sw.dtype)
+    element_out = output_type(element, out_dtype)
+    np_out = dtypes.numpy_dtype(element_out)
+    out_operand = c_operand = None
+    if out is not None:
+        out = check_output_like(out, "out", m, n, np_out, device_id)
+        out_operand = _operand(out, "row", row_stride(out, n))
+    if beta != 0.0:
+        if c is None:
+            raise ValueError("beta is non-zero but c is None")
+        c = check_output_like(c, "c", m, n, np_out, device_id)
+        c_operand = _operand(c, "row", row_stride(c, n))
+    check_activation(activation, leaky_slope)
+    layout_b, ldb = matrix_layout(x, "x")
+    split_k, split_k_mode = check_split_k(split_k, split_k_mode, family)
+    if element == "s8":
+        check_int8(layout_b, n, element_out, activation, split_k, split_k_mode)
+    bias_kind, beta_c = "none", beta
+    if bias is not None:   # folded into a C the library allocates: [M, N], ld N
+        bias = as_device_array(bias, "bias")
+        bias_kind = "columns" if bias.shape == (1, n) and m != 1 else "rows"
+        c_operand, beta = Operand("row", n, 16), 1.0
+    arch, sm_count = device.facts(device_id)
+    problem = Problem(family, m, n, k, element, element_out, _operand(x, layout_b, ldb), out_operand, c_operand,
+                      Epilogue(float(alpha), float(beta), activation, float(leaky_slope), bias_kind),
+                      split_k, split_k_mode, device_id, arch, sm_count)
+    return GemmCall(problem, out, c, bias, beta_c)
+
+
+def folded_c(call: GemmCall):
+    """The C a call runs with: the caller's, or the bias broadcast to [M, N] (+ beta * c)."""
+    if call.bias is None:
+        return call.c
+    p = call.problem
+    return with_bias(call.bias, call.c, call.beta_c, p.m, p.n, dtypes.numpy_dtype(p.element_out), p.device_id)

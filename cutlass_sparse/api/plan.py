@@ -1,0 +1,112 @@
+"""Planned calls: selection, validation and argument building once, then launches.
+
+    plan = cs.plan(sw, x_example, bias=b, activation="gelu")
+    y = plan(x)                  # or plan(x, out=y) to write in place
+
+Made once from an example x (the first run also loads or compiles the kernel), a plan
+serves every x of the same shape, dtype, strides and device. In the common cases a call
+only checks x and out against the plan and launches: sm80 with one K slice and M, K on
+whole tiles (three pointers written into a copy of the argument block), and sm90 (the
+kernel's Params, built by its setup entry once per (x, out) pair, kept by the plan). No
+allocation when `out` is given, no synchronization, so it can be captured in a CUDA
+graph (on sm90, after one call with the same x and out, or the setup launch is captured
+too). Other cases (sm80 split-K, padded M or K) run cs.matmul with the plan's options:
+the same result and kernel choice, more host time.
+"""
+from __future__ import annotations
+
+from ..describe import catalog, dtypes
+from ..formats.matrices import SparseMatrix
+from ..plan import plans
+from . import operands
+from .matmul import matmul
+
+
+class Plan:
+    """cs.matmul(sw, x, **options) made once, called per x (see the module docstring)."""
+
+    def __init__(self, sw, x, **options):
+        import cupy
+
+        x = operands.as_device_array(x, "x")
+        for key in ("out", "info", "workspace"):
+            if key in options:
+                raise TypeError(f"plan() takes no {key!r}: pass out= to each call")
+        options = dict(options)
+        self.sw = sw
+        beta = float(options.get("beta", 0.0))
+        family = operands.check_sparse(sw, options.get("family"))
+        self.c_bias = None
+        bias = options.pop("bias", None)
+        if bias is not None:   # folded once into the plan's own C
+            call = operands.gemm_call(sw, x, family=family, bias=bias, beta=beta, c=options.pop("c", None),
+                                      out_dtype=options.get("out_dtype"))
+            with cupy.cuda.Device(x.device.id):
+                self.c_bias = operands.folded_c(call)
+            options["c"], options["beta"] = self.c_bias, 1.0
+        self.options = options
+        self.info = {}
+        self.example_out = matmul(sw, x, info=self.info, **options)
+        self.x_key = (x.shape, x.dtype, x.strides, x.device.id)
+        self.direct = False
+        if x.ndim == 2 and isinstance(sw, SparseMatrix):
+            self._prepare_direct(sw, x, family)
+
+    def _prepare_direct(self, sw, x, family):
+        opts = {k: v for k, v in self.options.items() if k not in ("config", "family", "autotune", "force_profile")}
+        call = operands.gemm_call(sw, x, family=family, **opts)
+        config = self.options.get("config")
+        if isinstance(config, str):
+            config = catalog.find(config, family)
+        self.family_plan = fam = plans.get(call.problem, config)
+        p = call.problem
+        if not fam.direct or (p.epilogue.reads_c and self.c_bias is None):
+            return
+        self.direct = True
+        self.np_out = dtypes.numpy_dtype(p.element_out)
+        self.out_shape = (p.m, p.n)
+        self.out_strides = (fam.ldd * self.np_out.itemsize, self.np_out.itemsize)
+        c_ptr = None if self.c_bias is None else self.c_bias.data.ptr
+        if fam.family == "sm90":
+            self.align_x = self.align_out = 16
+            self.bound = None
+        else:
+            self.align_x = fam.alignment_b * x.dtype.itemsize
+            self.align_out = fam.alignment_c * self.np_out.itemsize
+            self.bound = fam.bind(sw, c_ptr)
+        self.c_ptr = c_ptr
+
+    def __call__(self, x, out=None):
+        if not self.direct:
+            return matmul(self.sw, x, out=out, **self.options)
+        import cupy
+
+        if not isinstance(x, cupy.ndarray):
+            x = operands.as_device_array(x, "x")
+        if (x.shape, x.dtype, x.strides, x.data.device_id) != self.x_key:
+            raise ValueError(f"x is {x.shape} {x.dtype} with strides {x.strides} on device {x.device.id}; "
+                             f"this plan was made for {self.x_key[0]} {self.x_key[1]} with strides "
+                             f"{self.x_key[2]} on device {self.x_key[3]}: make another plan")
+        if x.data.ptr % self.align_x:
+            raise ValueError(f"x at {x.data.ptr:#x} is not {self.align_x}-byte aligned as the plan's kernel reads it")
+        if out is None:
+            with cupy.cuda.Device(self.x_key[3]):
+                out = cupy.empty(self.out_shape, dtype=self.np_out)
+        elif not (isinstance(out, cupy.ndarray) and out.shape == self.out_shape and out.dtype == self.np_out
+                  and out.strides == self.out_strides and out.data.device_id == self.x_key[3]):
+            raise ValueError(f"out must be a row-major {self.out_shape} {self.np_out} cupy array with strides "
+                             f"{self.out_strides} on device {self.x_key[3]}")
+        elif out.data.ptr % self.align_out:
+            raise ValueError(f"out at {out.data.ptr:#x} is not {self.align_out}-byte aligned for this plan")
+        if self.bound is not None:
+            self.bound(x.data.ptr, out.data.ptr)
+        else:
+            fam = self.family_plan
+            c_ptr = out.data.ptr if self.c_ptr is None else self.c_ptr
+            fam.launch(fam.ready(self.sw, (x.data.ptr, c_ptr, out.data.ptr)))
+        return out
+
+
+def plan(sw, x, **options) -> Plan:
+    """A reusable call of cs.matmul(sw, x, **options) for inputs shaped like x (see Plan)."""
+    return Plan(sw, x, **options)

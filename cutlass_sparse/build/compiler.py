@@ -1,0 +1,109 @@
+"""NVRTC: CUDA C++ source in, cubin bytes out. Caches nothing (see kernels.py)."""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import env
+
+# Options every kernel is compiled with; the arch option is added per call.
+BASE_OPTIONS = (
+    "-std=c++17",
+    "-default-device",
+    "-DNDEBUG",
+    "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1",
+)
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected a kernel. Carries the log, the options and where the source was dumped."""
+
+    def __init__(self, name: str, log: str, options: list[str], source_path: Path):
+        self.name, self.log, self.options, self.source_path = name, log, options, source_path
+        super().__init__(
+            f"NVRTC failed to compile {name}; source dumped to {source_path}\n"
+            f"options: {' '.join(options)}\n{log}"
+        )
+
+
+def arch_option(arch: str) -> str:
+    """'sm_80' / '80' / 'sm_90a' -> '-arch=sm_80' (cubin, not PTX)."""
+    arch = arch if arch.startswith("sm_") else f"sm_{arch}"
+    return f"-arch={arch}"
+
+
+def options_for(arch: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """Full option list, include paths last (they are machine-specific, so kept out of cache keys)."""
+    return [*BASE_OPTIONS, arch_option(arch), *extra]
+
+
+def include_options() -> list[str]:
+    return [f"-I{path}" for path in env.include_dirs()]
+
+
+@dataclass(frozen=True)
+class Compiled:
+    cubin: bytes
+    log: str
+    seconds: float
+
+
+def compile_to_cubin(source: str, name: str, options: list[str],
+                     headers: tuple[tuple[str, str], ...] = ()) -> Compiled:
+    """Compile one translation unit. Raises CompileError with the NVRTC log on failure.
+
+    headers: (include name, text) pairs NVRTC uses in place of files of those names.
+    """
+    import time
+
+    from cuda.bindings import nvrtc
+
+    if env.compile_disabled():
+        raise CompileError(name, "compilation disabled by CUTLASS_SPARSE_NO_COMPILE", options, dump_source(source, name))
+
+    start = time.perf_counter()
+    all_options = [*options, *include_options()]
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), len(headers),
+                                         [text.encode() for _, text in headers],
+                                         [include.encode() for include, _ in headers])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        encoded = [o.encode() for o in all_options]
+        (compile_err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        log = _program_log(prog)
+        if compile_err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(name, log, options, dump_source(source, name))
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(err, "nvrtcGetCUBINSize")
+        cubin = bytearray(size)
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        _check(err, "nvrtcGetCUBIN")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return Compiled(bytes(cubin), log, time.perf_counter() - start)
+
+
+def _program_log(prog) -> str:
+    from cuda.bindings import nvrtc
+
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    _check(err, "nvrtcGetProgramLogSize")
+    buf = bytearray(size)
+    nvrtc.nvrtcGetProgramLog(prog, buf)
+    return buf.rstrip(b"\0").decode(errors="replace")
+
+
+def _check(err, what: str) -> None:
+    from cuda.bindings import nvrtc
+
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err}")
+
+
+def dump_source(source: str, name: str) -> Path:
+    directory = Path(tempfile.gettempdir()) / "cutlass_sparse_failed"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.cu"
+    path.write_text(source)
+    return path

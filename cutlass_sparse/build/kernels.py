@@ -1,0 +1,111 @@
+"""Kernel life cycle: configuration -> emitted source -> cache key -> cached or fresh cubin.
+
+Loading never compiles twice for one key in a process; a cache hit costs one SQLite
+read. What launching needs (entry symbols, shared memory, threads, sizes) is read out
+of the cubin the compiler produced, checked, and stored beside it.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass, field
+
+from .. import env
+from ..describe.description import SparseGemmConfig
+from ..emit.emitted import Emitted
+from ..emit.registry import emit
+from . import compiler, cubin
+from .cache import KernelCache, default_cache
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    config: SparseGemmConfig
+    arch: str
+    key: str
+    cubin: bytes
+    constants: dict[str, int] = field(hash=False)
+    from_cache: bool = False
+    compile_seconds: float = 0.0
+
+    @property
+    def symbol(self) -> str:
+        return self.config.name
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.constants["shared_bytes"]
+
+    @property
+    def threads(self) -> int:
+        return self.constants["threads"]
+
+
+def normalize_arch(arch: str | int) -> str:
+    """80, '80', 'sm80', 'sm_80' -> 'sm_80'; keeps an 'a' suffix (sm_90a)."""
+    text = str(arch).lower().replace("sm_", "").replace("sm", "")
+    if not text.rstrip("a").isdigit():
+        raise ValueError(f"arch {arch!r} is not of the form sm_XX (e.g. sm_80, sm_90a)")
+    return f"sm_{text}"
+
+
+def cache_key(emitted: Emitted | str, arch: str, options: list[str]) -> str:
+    h = hashlib.sha256()
+    source = emitted if isinstance(emitted, str) else emitted.source
+    headers = () if isinstance(emitted, str) else emitted.headers
+    for part in (env.toolchain_identity(), arch, "\n".join(options), source,
+                 *(f"{name}\n{text}" for name, text in headers)):
+        h.update(hashlib.sha256(part.encode()).digest())
+    return h.hexdigest()
+
+
+_memo: dict[tuple[SparseGemmConfig, str, str], CompiledKernel] = {}
+_memo_lock = threading.Lock()
+
+
+def get(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -> CompiledKernel:
+    """The compiled kernel for (config, arch): from memory, else the cache, else NVRTC."""
+    arch = normalize_arch(arch)
+    cache = cache or default_cache()
+    memo_key = (config, arch, str(cache.path))
+    found = _memo.get(memo_key)
+    if found is not None:
+        return found
+    with _memo_lock:
+        found = _memo.get(memo_key)
+        if found is None:
+            found = _memo[memo_key] = _load_or_compile(config, arch, cache)
+    return found
+
+
+def cached(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -> bool:
+    """Whether the cache already holds this kernel (no compiling)."""
+    return _lookup(config, normalize_arch(arch), cache or default_cache())[0] is not None
+
+
+def _lookup(config, arch, cache):
+    emitted = emit(config)
+    options = compiler.options_for(arch, emitted.options)
+    key = cache_key(emitted, arch, options)
+    entry = cache.get(key)
+    found = None if entry is None else CompiledKernel(config, arch, key, entry.cubin, entry.meta["constants"],
+                                                       True, entry.meta["compile_seconds"])
+    return found, emitted, options, key
+
+
+def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) -> CompiledKernel:
+    found, emitted, options, key = _lookup(config, arch, cache)
+    if found is not None:
+        return found
+    compiled = compiler.compile_to_cubin(emitted.source, config.name, options, emitted.headers)
+    for symbol, expected in emitted.entries.items():
+        got = cubin.kernel_param_bytes(compiled.cubin, symbol)
+        if got != expected:
+            raise compiler.CompileError(
+                config.name, f"entry {symbol} takes {got} parameter bytes; the launcher passes {expected}",
+                options, compiler.dump_source(emitted.source, config.name))
+    constants = {c: cubin.read_int32(compiled.cubin, f"{config.name}_{c}") for c in emitted.constants}
+    meta = {"constants": constants, "compile_seconds": round(compiled.seconds, 3),
+            "config": config.to_json(), "toolchain": env.toolchain_identity()}
+    cache.put(key, config.name, arch, compiled.cubin, meta)
+    return CompiledKernel(config, arch, key, compiled.cubin, constants, False, compiled.seconds)

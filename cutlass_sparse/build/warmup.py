@@ -1,0 +1,111 @@
+"""Compile many kernels into the cache ahead of time: in parallel worker processes,
+optionally a deterministic share of the work per machine (--shard i/N)."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from ..describe import catalog, dtypes
+from ..describe.description import CompressorConfig, ReductionConfig, SparseGemmConfig
+from . import kernels
+from .cache import default_cache
+
+
+def _config_from_json(data: dict):
+    """Any kernel description back from its to_json() (workers receive JSON)."""
+    kinds = {"sm90_compressor": CompressorConfig, "sm80_reduction": ReductionConfig}
+    kind = kinds.get(data.get("family"))
+    return kind(**data) if kind else SparseGemmConfig.from_json(data)
+
+
+def _compile_one(args) -> tuple[str, str, str, float]:
+    config_json, arch = args
+    config = _config_from_json(config_json)
+    start = time.perf_counter()
+    try:
+        compiled = kernels.get(config, arch)
+    except Exception as exc:  # reported per kernel, the rest go on
+        reason = str(exc).strip().splitlines()
+        return config.name, arch, f"failed: {reason[-1] if reason else type(exc).__name__}", time.perf_counter() - start
+    return config.name, arch, "cached" if compiled.from_cache else "compiled", time.perf_counter() - start
+
+
+def catalog_items(archs, widest_only: bool = True) -> list[tuple[object, str]]:
+    """(configuration, arch) for every kernel the package's catalogs hold for these archs:
+    the sm90 family (and its compressors) for sm_90a, the sm80 family for the others."""
+    items = []
+    for arch in archs:
+        arch = kernels.normalize_arch(arch)
+        if arch == "sm_90a":
+            items += [(CompressorConfig(e), arch) for e in dtypes.INPUT_NAMES]
+            items += [(c, arch) for c in catalog.load("sm90").enumerate(widest_only)]
+        else:
+            items += [(c, arch) for name in catalog.CATALOGS["sm80"] for c in catalog.load(name).enumerate(widest_only)]
+    return items
+
+
+def shard(items: list, index: int, count: int) -> list:
+    """This machine's share: a fixed order (arch, name), every count-th item from index."""
+    return shard_list(sorted(dict.fromkeys(items), key=lambda item: (item[1], item[0].name)), index, count)
+
+
+def shard_list(items: list, index: int, count: int) -> list:
+    """This machine's share of a list kept in its given order."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: need 0 <= i < N")
+    return items[index::count]
+
+
+def compile_all(configs, arch: str | None = None, jobs: int | None = None, progress=None):
+    """(name, arch, 'compiled' | 'cached' | 'failed: ...', seconds) per unique item.
+
+    configs: configurations (compiled for `arch`) or (configuration, arch) pairs.
+    progress(done, total, result) is called as each finishes.
+    """
+    items = list(dict.fromkeys(c if isinstance(c, tuple) else (c, arch) for c in configs))
+    results = []
+
+    def done(result):
+        results.append(result)
+        if progress:
+            progress(len(results), len(items), result)
+
+    work = []
+    for config, item_arch in items:   # cached ones are answered here, without a worker
+        start = time.perf_counter()
+        try:
+            hit = kernels.cached(config, item_arch)
+        except Exception:   # reported by the worker that compiles it
+            hit = False
+        if hit:
+            done((config.name, kernels.normalize_arch(item_arch), "cached", time.perf_counter() - start))
+        else:
+            work.append((config.to_json(), item_arch))
+    jobs = min(jobs or os.cpu_count() or 1, max(len(work), 1))
+    if jobs == 1:
+        for w in work:
+            done(_compile_one(w))
+        return results
+    default_cache()  # create the file (and its WAL mode) once, before the workers race to
+    # forkserver: the caller may be a multi-threaded CUDA process (the profiler), which
+    # must not be forked
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        for future in as_completed([pool.submit(_compile_one, w) for w in work]):
+            done(future.result())
+    return results
+
+
+def print_progress_text(done: int, total: int, text: str) -> None:
+    """A one-line progress bar (stderr on a terminal, else stdout)."""
+    width = 30
+    bar = "#" * (width * done // total) + "." * (width - width * done // total)
+    print(f"[{bar}] {done}/{total}  {text}", file=sys.stderr if sys.stderr.isatty() else sys.stdout, flush=True)
+
+
+def print_progress(done: int, total: int, result) -> None:
+    name, arch, status, seconds = result
+    print_progress_text(done, total, f"{status[:8]:8} {seconds:6.1f} s  {arch}  {name}")

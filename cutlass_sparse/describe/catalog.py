@@ -1,0 +1,113 @@
+"""The catalogs in operations/: which sparse GEMM configurations exist, per family."""
+from __future__ import annotations
+
+import functools
+import itertools
+import tomllib
+from dataclasses import dataclass
+
+from .. import env
+from . import dtypes
+from .description import SparseGemmConfig
+
+# Catalog files per family; a family's int8 and tf32 kernels have their own tiles.
+CATALOGS = {"sm80": ("sm80", "sm80_s8", "sm80_tf32"), "sm90": ("sm90",)}
+
+
+def for_element(family: str, element: str) -> str:
+    """The catalog file that holds a family's kernels for an input element type."""
+    if family == "sm80" and element in ("s8", "tf32"):
+        return f"sm80_{element}"
+    return family
+
+
+@dataclass(frozen=True)
+class Family:
+    """One catalog file: a kernel family's tiles and operand choices."""
+
+    name: str
+    min_compute: int
+    instruction: tuple[int, int, int]
+    accumulator: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    layouts_b: tuple[str, ...]
+    alignments_b: tuple[int, ...]
+    alignments_c: tuple[int, ...]
+    swizzle: int
+    # (threadblock, warps, stages, cluster, schedule, tile_scheduler); the last three only for sm90
+    tiles: tuple[tuple, ...]
+    # (tile, outputs it is limited to, why): a tile's own `outputs` in the catalog file
+    limits: tuple[tuple[tuple, tuple[str, ...], str], ...] = ()
+
+    def allows(self, tile, element: str, element_out: str) -> bool:
+        return self._refusal(tile, element, element_out) is None
+
+    def _refusal(self, tile, element: str, element_out: str) -> str | None:
+        for limited, outputs, why in self.limits:
+            if limited == tile and element_out not in self.out_types(element, outputs):
+                return why
+        return None
+
+    def config(self, tile, element: str, element_out: str, layout_b: str,
+               alignment_b: int, alignment_c: int) -> SparseGemmConfig:
+        why = self._refusal(tile, element, element_out)
+        if why:
+            raise ValueError(f"the {'x'.join(map(str, tile[0]))} tile of the {self.name} catalog has no "
+                             f"{element_out} output: {why}")
+        threadblock, warps, stages, cluster, schedule, tile_scheduler = tile
+        return SparseGemmConfig(
+            family=self.name, element=element, element_out=element_out, layout_b=layout_b,
+            threadblock=threadblock, warps=warps, stages=stages, instruction=self.instruction,
+            alignment_a=16 // dtypes.numpy_dtype(element).itemsize, alignment_b=alignment_b,
+            alignment_c=alignment_c,
+            swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
+            cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler)
+
+    def out_types(self, element: str, outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """'same' in the catalog is the input type."""
+        return tuple(element if o == "same" else o for o in (outputs or self.outputs))
+
+    def enumerate(self, widest_only: bool = True) -> list[SparseGemmConfig]:
+        """Every configuration; with widest_only, just the widest alignments (the common case)."""
+        aligns_b = self.alignments_b[:1] if widest_only else self.alignments_b
+        aligns_c = self.alignments_c[:1] if widest_only else self.alignments_c
+        out = []
+        for element in self.inputs:
+            for tile, element_out, layout_b, ab, ac in itertools.product(
+                    self.tiles, self.out_types(element), self.layouts_b, aligns_b, aligns_c):
+                if self.allows(tile, element, element_out):
+                    out.append(self.config(tile, element, element_out, layout_b, ab, ac))
+        return out
+
+
+@functools.cache
+def load(family: str) -> Family:
+    path = env.operations_dir() / f"{family}.toml"
+    if not path.exists():
+        raise ValueError(f"no catalog for kernel family {family!r} (looked for {path})")
+    data = tomllib.loads(path.read_text())
+
+    def tile(t):
+        return (tuple(t["threadblock"]), tuple(t["warps"]), t["stages"], tuple(t.get("cluster", (1, 1, 1))),
+                t.get("schedule", "none"), t.get("tile_scheduler", "persistent"))
+
+    return Family(
+        name=data["family"], min_compute=data["min_compute"], instruction=tuple(data["instruction"]),
+        accumulator=data["accumulator"], inputs=tuple(data["inputs"]), outputs=tuple(data["outputs"]),
+        layouts_b=tuple(data["layouts_b"]), alignments_b=tuple(data["alignments_b"]),
+        alignments_c=tuple(data["alignments_c"]), swizzle=data["swizzle"],
+        tiles=tuple(tile(t) for t in data["tile"]),
+        limits=tuple((tile(t), tuple(t["outputs"]), t.get("why", "not offered")) for t in data["tile"]
+                     if "outputs" in t),
+    )
+
+
+def find(name: str, family: str | None = None) -> SparseGemmConfig:
+    """The configuration with this procedural name, among every one the catalogs can build."""
+    names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
+    for fam in names:
+        for config in load(fam).enumerate(widest_only=False):
+            if config.name == name:
+                return config
+    raise ValueError(f"no configuration named {name!r} in catalog {family or 'sm80/sm90'!r}")

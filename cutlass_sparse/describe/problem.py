@@ -1,0 +1,90 @@
+"""The Problem: what one sparse GEMM call asks, as one frozen, hashable value.
+
+Built once from the user's operands (api.operands), it carries everything that decides
+the kernel and its launch parameters, and nothing that changes from call to call with
+the same shapes (pointers): it is its own plan-cache key. D = act(alpha * A @ B + beta * C).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_ALIGN = 16   # bytes: no kernel reads more than 16 bytes per access
+
+
+def alignment_class(ptr: int) -> int:
+    """The largest power of two (at most 16 bytes) that divides an address."""
+    return MAX_ALIGN if ptr == 0 else min(ptr & -ptr, MAX_ALIGN)
+
+
+@dataclass(frozen=True)
+class Split:
+    """How K is divided: slices and mode ("serial" or "parallel"); one slice is no split."""
+
+    slices: int = 1
+    mode: str = "serial"
+
+    @property
+    def parallel(self) -> bool:
+        return self.slices > 1 and self.mode == "parallel"
+
+    @property
+    def serial(self) -> bool:
+        return self.slices > 1 and self.mode == "serial"
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """alpha * acc + beta * C (+ bias), then an activation (leaky_slope: leaky_relu's slope)."""
+
+    alpha: float = 1.0
+    beta: float = 0.0
+    activation: str = "identity"
+    leaky_slope: float = 0.01
+    bias: str = "none"           # "none" | "rows" ([M] or [M, 1]) | "columns" ([1, N])
+
+    @property
+    def reads_c(self) -> bool:
+        return self.beta != 0.0
+
+
+@dataclass(frozen=True)
+class Operand:
+    """How a dense operand sits in memory: layout, leading dimension (elements) and the
+    alignment class of its address (bytes, at most 16)."""
+
+    layout: str                  # "row" | "col"
+    ld: int
+    align: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One sparse GEMM as asked: sizes, types, operand layouts, epilogue, split, device."""
+
+    family: str                  # "sm80" | "sm90"
+    m: int
+    n: int
+    k: int
+    element: str                 # A and B ("f16", "bf16", "s8", "tf32")
+    element_out: str             # C and D
+    x: Operand                   # B
+    out: Operand | None          # D when the caller passes it; None: the library allocates
+    c: Operand | None            # C when beta != 0
+    epilogue: Epilogue
+    split_k: int | None          # None: the kernel choice decides
+    split_k_mode: str | None
+    device_id: int
+    arch: str                    # the device's, e.g. "sm_90"
+    sm_count: int
+
+    @property
+    def layout_b(self) -> str:
+        return self.x.layout
+
+    @property
+    def split(self) -> Split:
+        return Split(self.split_k or 1, self.split_k_mode or "serial")
+
+    @property
+    def activation(self) -> str:
+        return self.epilogue.activation

@@ -1,0 +1,138 @@
+"""Pick a configuration from the catalog for a problem, by a simple cost rule.
+
+Until the profiler records measured winners, the rule is: fewest waves of
+threadblocks over the device's SMs, weighted by the tile's perimeter (the bytes each
+tile must load per K step), avoiding tiles whose K does not divide the problem's K
+(that costs a padded copy of x).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from . import catalog, dtypes
+from .arith import cdiv, round_up
+from .description import SparseGemmConfig
+from .problem import Split
+
+
+def cost(threadblock: tuple[int, int, int], m: int, n: int, k: int, sm_count: int) -> float:
+    tm, tn, tk = threadblock
+    waves = cdiv(cdiv(m, tm) * cdiv(n, tn), sm_count)
+    penalty = 1.0 if k % tk == 0 else 4.0
+    return waves * (tm + tn) * cdiv(k, tk) * tk * penalty
+
+
+@functools.lru_cache(maxsize=4096)
+def choose_tile(family: str, m: int, n: int, k: int, sm_count: int):
+    """The catalog tile (threadblock, warps, stages) of least cost for an M x N x K problem."""
+    return min(catalog.load(family).tiles, key=lambda tile: cost(tile[0], m, n, k, sm_count))
+
+
+# Cost of reducing one accumulator element through the workspace, against loading one
+# operand element per K step (both summed over a wave).
+REDUCE_WEIGHT = 4.0
+
+
+def sm90_tile_cost(threadblock, cluster, splits: int, m: int, n: int, k: int, sm_count: int) -> float:
+    """Waves of (cluster-padded) tiles times each tile's work: its MMA area plus 64 x its
+    perimeter (the bytes it loads per K step). Fitted to the H100 sweep of 2026-11-22
+    (docs/tune90_splitk_h100.log): picks the fastest tile, or one within 10% of it, at
+    each of 4096 x {16, 128, 512, 4096} x 4096, 11008 x {128, 512} x 4096 and
+    4096 x 16 x 11008. A cluster launches whole: a 1x2 cluster over one N tile leaves
+    half its CTAs idle, so tile counts round up to the cluster's shape."""
+    tm, tn, tk = threadblock
+    tiles = round_up(cdiv(m, tm), cluster[0]) * round_up(cdiv(n, tn), cluster[1]) * splits
+    waves = cdiv(tiles, sm_count)
+    reduce = REDUCE_WEIGHT * tm * tn if splits > 1 else 0.0
+    return waves * ((tm * tn + 64 * (tm + tn)) * cdiv(cdiv(k, tk), splits) * tk + reduce)
+
+
+@functools.lru_cache(maxsize=4096)
+def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = None, element: str = "f16",
+                element_out: str | None = None):
+    """(tile, splits) of least cost among the sm90 catalog's tiles.
+
+    By default only the persistent-scheduler tiles, unsplit: on the H100 sweep no
+    stream-K decomposition or K split beat the best of them at any shape
+    (docs/tune90_splitk_h100.log). split_k > 1 leaves only stream-K tiles; the profiler
+    (cs.tune) times all of them."""
+    options = []
+    family = catalog.load("sm90")
+    for tile in family.tiles:
+        if not family.allows(tile, element, element_out or element):
+            continue
+        streamk = tile[5] == "streamk"
+        if split_k is not None:
+            choices = (split_k,) if (streamk or split_k == 1) else ()
+        else:
+            choices = () if streamk else (1,)
+        options += [(tile, s) for s in choices if s <= cdiv(k, tile[0][2])]
+    if not options:
+        raise ValueError(f"split_k={split_k}: K = {k} has fewer K tiles than slices")
+    return min(options, key=lambda o: sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count))
+
+
+def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int) -> int:
+    """The tile scheduler's swizzle for a problem: 4 from eight waves of tiles up (keeps
+    the operand panels of neighbouring tiles in L2; measured +2% at 8192^3, +11% at
+    16384^3), else the catalog's default (1: swizzling a few waves cost up to 3x)."""
+    tiles = cdiv(m, threadblock[0]) * cdiv(n, threadblock[1])
+    return 4 if tiles >= 8 * sm_count else default
+
+
+def output_alignments(family: str, element_out: str) -> tuple[int, ...]:
+    """C/D vector widths the catalog offers, capped at 16-byte accesses."""
+    item = dtypes.numpy_dtype(element_out).itemsize
+    least = 8 if element_out == "s8" else 1    # CUTLASS writes int8 D 8 or 16 at a time
+    return tuple(a for a in catalog.load(family).alignments_c if a * item <= 16 and a >= least)
+
+
+def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, layout_b: str,
+                     sm_count: int, family: str = "sm80") -> SparseGemmConfig:
+    """What matmul picks for contiguous, allocator-aligned operands of this shape.
+
+    Needs no GPU: the CLI's compile-only mode and cache warm-up use it.
+    """
+    if family == "sm80":
+        family = catalog.for_element("sm80", element)
+    fam = catalog.load(family)
+    if family == "sm90":   # TMA: fixed 16-byte vectors (matmul refuses operands that break them)
+        tile, _ = choose_sm90(m, n, k, sm_count, None, element, element_out)
+        config = fam.config(tile, element, element_out, layout_b, 8, 16 // dtypes.numpy_dtype(element_out).itemsize)
+        return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle))
+    if n == 1 or element == "s8":
+        layout_b = "col"   # a single column reads as column-major; int8 B must be K-major
+    m_pad = cdiv(m, 32) * 32
+    tile = choose_tile(family, m_pad, n, k, sm_count)
+    k_eff = cdiv(k, tile[0][2]) * tile[0][2]
+    contiguous_b = n if layout_b == "row" else k_eff
+    alignment_b = next((a for a in fam.alignments_b if contiguous_b % a == 0), None)
+    if alignment_b is None:
+        raise ValueError(f"a row-major x with N = {n} cannot be aligned for the sparse kernels (N must be even)")
+    alignment_c = next(a for a in output_alignments(family, element_out) if n % a == 0)
+    return fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
+
+
+def gemm_variant(config: SparseGemmConfig, split: Split, activation: str) -> SparseGemmConfig:
+    """The sm80 GEMM a split needs: parallel writes fp32 partials with no activation (the
+    reduction applies the epilogue); otherwise the epilogue is the GEMM's own."""
+    if split.parallel:   # fp32 vectors are at most 4 wide (16 bytes); N stays a multiple
+        return dataclasses.replace(config, element_out="f32", alignment_c=min(config.alignment_c, 4),
+                                   activation="identity")
+    return dataclasses.replace(config, activation=activation)
+
+
+def partial_ld(n: int) -> int:
+    """Leading dimension of parallel split-K's fp32 partial tiles: padded so every vector width fits."""
+    return round_up(n, 8)
+
+
+def reduction_alignment(element_out: str, n: int, *arrays: tuple[int, int, int]) -> int:
+    """Widest vector the split-K reduction may use: N, the partials' ld and each
+    (alignment or pointer, ld, itemsize)."""
+    for a in output_alignments("sm80", element_out):   # float outputs only (sm80.toml)
+        if n % a == 0 and partial_ld(n) % a == 0 and all(
+                ptr % (a * item) == 0 and ld % a == 0 for ptr, ld, item in arrays):
+            return a
+    return 1

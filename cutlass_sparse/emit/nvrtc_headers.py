@@ -1,0 +1,134 @@
+"""Small, checked patches to CUTLASS headers, handed to NVRTC as in-memory headers.
+
+Two host-only steps stand between CUTLASS 3.x's Params construction and NVRTC:
+- CuTe builds TMA descriptors with the driver's cuTensorMapEncodeTiled, which it skips
+  under NVRTC and leaves the descriptor zeroed. The patch records, in the descriptor's
+  128 bytes, exactly what it would have passed (a "recipe", see tma.py); the setup
+  kernel later turns each recipe into a real descriptor.
+- KernelHardwareInfo's SM-count query is host-only; under NVRTC the patch gives a stub
+  (the caller always supplies the SM count).
+- The stream-K scheduler computes its workspace sizes only on the host; the patch lets
+  the setup entry compute them (they depend on the SM count, which the caller passes).
+- uint128_t falls back to a breakpoint (a kernel fault) for 128-bit division unless it
+  sees GCC on x86; NVRTC has __int128 on the device (--device-int128), so the patch
+  turns the native type on. Without it the tile scheduler's FastDivmodU64 trapped for
+  every divisor that is not a power of two (seen on the H100: tile counts of 3, 6, 11).
+
+Each patch names the text it replaces; if a CUTLASS upgrade moves that text, building
+the headers fails loudly instead of compiling something else.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+
+from .. import env
+
+TMA_HEADER = "cute/atom/copy_traits_sm90_tma.hpp"
+HW_INFO_HEADER = "cutlass/kernel_hardware_info.h"
+UINT128_HEADER = "cutlass/uint128.h"
+SCHEDULER_PARAMS_HEADER = "cutlass/gemm/kernel/tile_scheduler_params.h"
+
+# Recipe layout inside the 128-byte descriptor (mirrored by tma.RECIPE_DTYPE).
+RECIPE_HOOK = r"""
+namespace cutlass_sparse_tma {
+// "CSTMARCP": marks a descriptor slot that still holds a recipe, not an encoded map.
+static constexpr unsigned long long kMagic = 0x50435241544D5343ull;
+template <class T> CUTE_HOST_DEVICE constexpr unsigned char data_type() {
+  // CUtensorMapDataType values (cuda.h), for the types CUTLASS's sparse kernels move.
+  if constexpr (cute::is_same_v<T, uint8_t> || cute::is_same_v<T, int8_t> ||
+                cute::is_same_v<T, cute::float_e4m3_t> || cute::is_same_v<T, cute::float_e5m2_t>) { return 0; }
+  else if constexpr (cute::is_same_v<T, uint16_t>) { return 1; }
+  else if constexpr (cute::is_same_v<T, uint32_t>) { return 2; }
+  else if constexpr (cute::is_same_v<T, int32_t>) { return 3; }
+  else if constexpr (cute::is_same_v<T, uint64_t>) { return 4; }
+  else if constexpr (cute::is_same_v<T, int64_t>) { return 5; }
+  else if constexpr (cute::is_same_v<T, cute::half_t>) { return 6; }
+  else if constexpr (cute::is_same_v<T, float>) { return 7; }
+  else if constexpr (cute::is_same_v<T, double>) { return 8; }
+  else if constexpr (cute::is_same_v<T, cute::bfloat16_t>) { return 9; }
+  else if constexpr (cute::is_same_v<T, cute::tfloat32_t>) { return 11; }
+  else { return 255; }
+}
+template <class Desc>
+CUTE_HOST_DEVICE void record(Desc* desc, unsigned char dtype, int rank, void* address,
+                             cute::array<uint64_t, 5> const& dims, cute::array<uint64_t, 5> const& strides,
+                             cute::array<uint32_t, 5> const& box, cute::array<uint32_t, 5> const& elem,
+                             unsigned char swizzle_bits, unsigned char swizzle_base) {
+  unsigned char* raw = reinterpret_cast<unsigned char*>(desc);
+  for (int i = 0; i < 128; ++i) raw[i] = 0;
+  unsigned long long* q = reinterpret_cast<unsigned long long*>(raw);
+  q[0] = kMagic;
+  q[1] = reinterpret_cast<unsigned long long>(address);
+  for (int i = 0; i < 4; ++i) q[2 + i] = strides[i + 1];      // byte strides of dims 1..4
+  uint32_t* w = reinterpret_cast<uint32_t*>(raw + 48);
+  for (int i = 0; i < 5; ++i) w[i] = uint32_t(dims[i]);
+  for (int i = 0; i < 5; ++i) w[5 + i] = box[i];
+  for (int i = 0; i < 5; ++i) w[10 + i] = elem[i];
+  raw[108] = dtype;
+  raw[109] = (unsigned char)rank;
+  raw[110] = swizzle_bits;
+  raw[111] = swizzle_base;
+}
+}  // namespace cutlass_sparse_tma
+"""
+
+_PATCHES = {
+    TMA_HEADER: [
+        ("namespace cute\n{\n\ntemplate <class GmemTmaBasisStrides_, class TmaGmemBasis_, class TmaSwizzle_>",
+         RECIPE_HOOK + "\nnamespace cute\n{\n\ntemplate <class GmemTmaBasisStrides_, class TmaGmemBasis_, class TmaSwizzle_>"),
+        ("  #endif // (__CUDACC_VER_MAJOR__ >= 12) && !defined(__CUDACC_RTC__)\n  auto recast_ratio",
+         "  #else\n"
+         "    ::cutlass_sparse_tma::record(&tma_desc, ::cutlass_sparse_tma::data_type<TmaInternalType>(), tma_dim,\n"
+         "        gmem_address, gmem_prob_shape, gmem_prob_stride, smem_box_shape, smem_box_stride,\n"
+         "        (unsigned char)get_tma_swizzle_bits(swizzle), (unsigned char)get_tma_swizzle_base(swizzle));\n"
+         "  #endif // (__CUDACC_VER_MAJOR__ >= 12) && !defined(__CUDACC_RTC__)\n  auto recast_ratio"),
+    ],
+    UINT128_HEADER: [
+        ("/// Optionally enable GCC's built-in type\n#if ",
+         "/// Optionally enable GCC's built-in type\n#if defined(__CUDACC_RTC__)\n"
+         "#define CUTLASS_UINT128_NATIVE  // cutlass_sparse: NVRTC with --device-int128\n#elif "),
+    ],
+    # The stream-K scheduler sizes its workspace only on the host (it would query the SM
+    # count, which the caller supplies here); the setup entry needs those sizes.
+    SCHEDULER_PARAMS_HEADER: [
+        ("  #if !defined(__CUDACC_RTC__)\n  static void\n  get_workspace_component_sizes(",
+         "  #if 1  // cutlass_sparse: also under NVRTC\n  static void\n  get_workspace_component_sizes("),
+        ("    #if !defined(__CUDACC_RTC__)\n      get_workspace_component_sizes(",
+         "    #if 1  // cutlass_sparse: also under NVRTC\n      get_workspace_component_sizes("),
+    ],
+    HW_INFO_HEADER: [
+        ("    return {device_id, sm_count, max_active_clusters};\n  }\n#endif\n};",
+         "    return {device_id, sm_count, max_active_clusters};\n  }\n#else\n"
+         "  // cutlass_sparse (NVRTC): Params are built on the device and the caller supplies sm_count.\n"
+         "  CUTLASS_HOST_DEVICE static int query_device_multiprocessor_count(int = 0) { return 0; }\n"
+         "#endif\n};"),
+    ],
+}
+
+
+class HeaderPatchError(RuntimeError):
+    pass
+
+
+@functools.cache
+def patched_headers() -> tuple[tuple[str, str], ...]:
+    """(include name, patched text) for every patched CUTLASS header."""
+    out = []
+    for include, patches in _PATCHES.items():
+        text = (env.cutlass_root() / "include" / include).read_text()
+        for old, new in patches:
+            if text.count(old) != 1:
+                raise HeaderPatchError(
+                    f"cannot patch {include}: expected text found {text.count(old)} times "
+                    f"(CUTLASS version changed?): {old[:60]!r}")
+            text = text.replace(old, new)
+        out.append((include, text))
+    return tuple(out)
+
+
+def digest() -> str:
+    h = hashlib.sha256()
+    for name, text in patched_headers():
+        h.update(name.encode() + b"\0" + text.encode())
+    return h.hexdigest()

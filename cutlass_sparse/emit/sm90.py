@@ -1,0 +1,300 @@
+"""Emitter for the Hopper family: CUTLASS 3.x sparse GEMM (wgmma.sp + TMA, sm90a).
+
+Three entries per kernel:
+- `<name>_setup` (one thread) builds the kernel's Params on the device from a small
+  argument struct, with CUTLASS's own to_underlying_arguments, into a global buffer.
+  Under NVRTC, CuTe cannot encode TMA descriptors; the patched CuTe header
+  (nvrtc_headers.py) leaves a recipe in each descriptor slot instead, which this entry
+  turns into a real descriptor: it copies a host-encoded template for that slot (same
+  rank, type, box and swizzle, see tma.py) and replaces address, sizes and strides
+  with tensormap.replace. It also reports the grid, the workspace size and whether
+  CUTLASS can implement the problem.
+- `<name>` runs GemmUniversal on the Params in that buffer.
+- constants the host reads from the cubin: shared_bytes, threads, params_bytes.
+"""
+from __future__ import annotations
+
+import numpy as np
+from cutlass_library.library import DataTypeTag, EpilogueScheduleTag, KernelScheduleTag, LayoutTag
+
+from . import arguments, epilogue, nvrtc_headers
+from ..describe.description import SCHEDULES, SparseGemmConfig
+from .emitted import Emitted
+from .template import substitute
+
+SETUP = arguments.StructLayout("CutlassSparseSm90Setup", (
+    ("a", "void const *", np.uint64),
+    ("e", "void const *", np.uint64),
+    ("b", "void const *", np.uint64),
+    ("c", "void const *", np.uint64),
+    ("d", "void *", np.uint64),
+    ("params_out", "void *", np.uint64),        # sizeof(Params) bytes, 64-byte aligned
+    ("templates", "void const *", np.uint64),   # 128 bytes per TMA slot, or null: leave recipes
+    ("recipes_out", "void *", np.uint64),       # 128 bytes per TMA slot, or null
+    ("info_out", "long long *", np.uint64),     # INFO_FIELDS, or null: report nothing
+    ("workspace", "void *", np.uint64),
+    ("ldb", "long long", np.int64),
+    ("ldc", "long long", np.int64),
+    ("ldd", "long long", np.int64),
+    ("m", "int", np.int32),
+    ("n", "int", np.int32),
+    ("k", "int", np.int32),
+    ("sm_count", "int", np.int32),
+    ("swizzle", "int", np.int32),               # tile scheduler: max swizzle size (1, 2, 4, 8)
+    ("raster", "int", np.int32),                # 0 heuristic, 1 along M, 2 along N
+    ("splits", "int", np.int32),                # stream-K scheduler: K slices (split-K) when > 1
+    ("decomposition", "int", np.int32),         # stream-K scheduler: DECOMPOSITIONS value
+    ("alpha", "float", np.float32),
+    ("beta", "float", np.float32),
+    ("activation_arg", "float", np.float32),   # leaky_relu's negative slope
+    ("reserved", "int", np.int32),
+))
+INFO_FIELDS = ("grid_x", "grid_y", "grid_z", "workspace_bytes", "can_implement", "tma_slots",
+               "barrier_offset", "barrier_bytes")
+# CUTLASS's DecompositionMode, in declaration order.
+DECOMPOSITIONS = {"heuristic": 0, "data_parallel": 1, "split_k": 2, "stream_k": 3}
+
+# NVRTC has no C++ standard library; CUTLASS 3.x names a few std:: traits (cuda::std has them).
+BEFORE_INCLUDES = """\
+#include <cuda/std/type_traits>
+#include <cuda/std/cstdint>
+namespace std {
+using cuda::std::is_const_v;
+using cuda::std::is_integral_v;
+using cuda::std::is_pointer_v;
+using cuda::std::void_t;
+}"""
+
+# `const auto [m, n, k, l] = shape` needs tuple_size of a const cute::tuple, which the
+# standard library would provide generically.
+AFTER_INCLUDES = """\
+namespace std {
+template <class... T>
+struct tuple_size<const cute::tuple<T...>> : tuple_size<cute::tuple<T...>> {};
+template <decltype(sizeof(0)) I, class... T>
+struct tuple_element<I, const cute::tuple<T...>> {
+  using type = const typename tuple_element<I, cute::tuple<T...>>::type;
+};
+}"""
+
+TEMPLATE = """\
+// ${name}
+// Emitted by cutlass_sparse: 2:4 sparse GEMM, CUTLASS 3.x (wgmma.sp + TMA), family sm90.
+${before_includes}
+#include <cutlass/cutlass.h>
+#include <cute/tensor.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/util/packed_stride.hpp>
+
+${after_includes}
+using namespace cute;
+
+using ElementA = ${element};
+using ElementB = ${element};
+using ElementC = ${element_c};
+using TileShape = Shape<_${tm}, _${tn}, _${tk}>;
+using ClusterShape = Shape<_${cm}, _${cn}, _${ck}>;
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+    ElementC, cutlass::layout::RowMajor, ${alignment_c},
+    ElementC, cutlass::layout::RowMajor, ${alignment_c},
+    ${epilogue_schedule}, ${fusion}>::CollectiveOp;
+
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
+    ElementA, cutlass::layout::RowMajor, ${alignment_a},
+    ElementB, ${layout_b}, ${alignment_b},
+    float, TileShape, ClusterShape,
+    ${stages},
+    ${kernel_schedule}>::CollectiveOp;
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, ${tile_scheduler}>;
+using Params = typename GemmKernel::Params;
+using SparseConfig = typename CollectiveMainloop::SparseConfig;
+namespace expected { ${sparse_config_decl} }
+static_assert(cute::is_same_v<SparseConfig, expected::SparseConfig>,
+              "this tile reads a different sparse layout than the sm90 compressor writes (tile K must be >= 128)");
+
+extern "C" __constant__ int ${name}_shared_bytes = int(GemmKernel::SharedStorageSize);
+extern "C" __constant__ int ${name}_threads = int(GemmKernel::MaxThreadsPerBlock);
+extern "C" __constant__ int ${name}_params_bytes = int(sizeof(Params));
+
+${setup_struct}
+
+// A leading-dimension stride of a CuTe (rows, cols, batch) stride with one static unit mode.
+template <class Stride>
+CUTE_HOST_DEVICE Stride leading(long long ld) {
+  Stride stride{};
+  if constexpr (cute::is_static<cute::remove_cvref_t<decltype(get<0>(stride))>>::value) {
+    get<1>(stride) = ld;
+  } else {
+    get<0>(stride) = ld;
+  }
+  return stride;
+}
+
+// Turn each recipe slot into a TMA descriptor: template copy + tensormap.replace.
+__device__ int encode_tma_slots(unsigned char* params, int size, unsigned char const* templates,
+                                unsigned char* recipes_out) {
+  int slot = 0;
+  for (int offset = 0; offset + 128 <= size; offset += 64) {
+    unsigned long long const* q = reinterpret_cast<unsigned long long const*>(params + offset);
+    if (q[0] != ::cutlass_sparse_tma::kMagic) continue;
+    unsigned char recipe[128];
+    for (int i = 0; i < 128; ++i) recipe[i] = params[offset + i];
+    if (recipes_out != nullptr) {
+      for (int i = 0; i < 128; ++i) recipes_out[slot * 128 + i] = recipe[i];
+    }
+    if (templates != nullptr) {
+      unsigned long long const* rq = reinterpret_cast<unsigned long long const*>(recipe);
+      uint32_t const* rw = reinterpret_cast<uint32_t const*>(recipe + 48);
+      int rank = recipe[109];
+      for (int i = 0; i < 128; ++i) params[offset + i] = templates[slot * 128 + i];
+      unsigned long long desc = reinterpret_cast<unsigned long long>(params + offset);
+      asm volatile("tensormap.replace.tile.global_address.global.b1024.b64 [%0], %1;" :: "l"(desc), "l"(rq[1]) : "memory");
+      if (rank > 0) asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 0, %1;" :: "l"(desc), "r"(rw[0]) : "memory");
+      if (rank > 1) asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 1, %1;" :: "l"(desc), "r"(rw[1]) : "memory");
+      if (rank > 2) asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 2, %1;" :: "l"(desc), "r"(rw[2]) : "memory");
+      if (rank > 3) asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 3, %1;" :: "l"(desc), "r"(rw[3]) : "memory");
+      if (rank > 4) asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 4, %1;" :: "l"(desc), "r"(rw[4]) : "memory");
+      if (rank > 1) asm volatile("tensormap.replace.tile.global_stride.global.b1024.b64 [%0], 0, %1;" :: "l"(desc), "l"(rq[2]) : "memory");
+      if (rank > 2) asm volatile("tensormap.replace.tile.global_stride.global.b1024.b64 [%0], 1, %1;" :: "l"(desc), "l"(rq[3]) : "memory");
+      if (rank > 3) asm volatile("tensormap.replace.tile.global_stride.global.b1024.b64 [%0], 2, %1;" :: "l"(desc), "l"(rq[4]) : "memory");
+      if (rank > 4) asm volatile("tensormap.replace.tile.global_stride.global.b1024.b64 [%0], 3, %1;" :: "l"(desc), "l"(rq[5]) : "memory");
+    }
+    ++slot;
+    offset += 64;  // a descriptor is 128 bytes
+  }
+  asm volatile("fence.proxy.tensormap::generic.release.gpu;" ::: "memory");
+  return slot;
+}
+
+extern "C" __global__ void ${name}_setup(${setup_name} const args) {
+  auto problem = make_shape(args.m, args.n, args.k, 1);
+  cutlass::KernelHardwareInfo hw_info;
+  hw_info.device_id = 0;
+  hw_info.sm_count = args.sm_count;
+  typename GemmKernel::Arguments arguments{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      problem,
+      {static_cast<ElementA const *>(args.a), SparseConfig::fill_layoutA(problem),
+       static_cast<ElementB const *>(args.b), leading<typename GemmKernel::StrideB>(args.ldb),
+       static_cast<typename CollectiveMainloop::ElementE const *>(args.e), SparseConfig::fill_layoutE(problem)},
+      {{args.alpha, args.beta},
+       static_cast<ElementC const *>(args.c), leading<typename GemmKernel::StrideC>(args.ldc),
+       static_cast<ElementC *>(args.d), leading<typename GemmKernel::StrideD>(args.ldd)},
+      hw_info};
+  arguments.scheduler.max_swizzle_size = args.swizzle;
+  arguments.scheduler.raster_order = static_cast<decltype(arguments.scheduler.raster_order)>(args.raster);
+${scheduler_arguments}
+${set_activation_arg}
+  Params params = GemmKernel::to_underlying_arguments(arguments, args.workspace);
+  unsigned char* out = static_cast<unsigned char *>(args.params_out);
+  unsigned char const* raw = reinterpret_cast<unsigned char const *>(&params);
+  for (int i = 0; i < int(sizeof(Params)); ++i) out[i] = raw[i];
+  int slots = encode_tma_slots(out, int(sizeof(Params)), static_cast<unsigned char const *>(args.templates),
+                               static_cast<unsigned char *>(args.recipes_out));
+  if (args.info_out == nullptr) return;   // a repeat: the host knows all of this already
+  dim3 grid = GemmKernel::get_grid_shape(params);
+  args.info_out[0] = grid.x;
+  args.info_out[1] = grid.y;
+  args.info_out[2] = grid.z;
+  args.info_out[3] = (long long)GemmKernel::get_workspace_size(arguments);
+  args.info_out[4] = GemmKernel::can_implement(arguments) ? 1 : 0;
+  args.info_out[5] = slots;
+  long long barrier_offset = 0, barrier_bytes = 0;
+${barrier_region}
+  args.info_out[6] = barrier_offset;
+  args.info_out[7] = barrier_bytes;
+}
+
+extern "C" __global__ void
+__launch_bounds__(GemmKernel::MaxThreadsPerBlock, GemmKernel::MinBlocksPerMultiprocessor)
+__cluster_dims__(${cm}, ${cn}, ${ck})
+${name}(Params const *params) {
+  extern __shared__ __align__(128) char shared_storage[];
+  GemmKernel op;
+  op(*params, shared_storage);
+}
+"""
+
+
+def emit(config: SparseGemmConfig) -> Emitted:
+    if config.family != "sm90":
+        raise ValueError(f"the sm90 emitter cannot emit family {config.family!r}")
+    kernel_schedule, epilogue_schedule = SCHEDULES[config.schedule]
+    stages = ("cutlass::gemm::collective::StageCountAutoCarveout<"
+              "static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
+              if config.stages == 0 else f"cutlass::gemm::collective::StageCount<{config.stages}>")
+    source = substitute(TEMPLATE, {
+        "name": config.name,
+        "element": DataTypeTag[config.tensor_a.element],
+        "element_c": DataTypeTag[config.tensor_c.element],
+        "layout_b": LayoutTag[config.tensor_b.layout],
+        "alignment_a": config.alignment_a, "alignment_b": config.alignment_b, "alignment_c": config.alignment_c,
+        "tm": config.threadblock[0], "tn": config.threadblock[1], "tk": config.threadblock[2],
+        "cm": config.cluster[0], "cn": config.cluster[1], "ck": config.cluster[2],
+        "stages": stages,
+        "kernel_schedule": KernelScheduleTag[kernel_schedule],
+        "epilogue_schedule": EpilogueScheduleTag[epilogue_schedule],
+        **_scheduler_snippets(config),
+        "fusion": epilogue.fusion_3x(config.activation, DataTypeTag[config.tensor_c.element]),
+        "set_activation_arg": epilogue.set_activation_arg_3x(config.activation, "arguments", "args.activation_arg"),
+        "setup_struct": SETUP.cpp(),
+        "setup_name": SETUP.name,
+        "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element]),
+        "before_includes": BEFORE_INCLUDES, "after_includes": AFTER_INCLUDES,
+    })
+    return Emitted(source, {config.name: 8, f"{config.name}_setup": SETUP.dtype.itemsize},
+                   ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(),
+                   ("--device-int128",))
+
+
+# Stream-K/split-K reduce K slices through the workspace: partial tiles, then one barrier
+# word per tile and warp group that must be zero before every launch (CUTLASS's host-side
+# initialize_workspace does that with a memset; here the host zeroes the region this
+# reports). The region follows the epilogue's and the scheduler's reduction workspace.
+STREAMK_ARGUMENTS = """\
+  arguments.scheduler.splits = args.splits;
+  arguments.scheduler.decomposition_mode =
+      static_cast<decltype(arguments.scheduler.decomposition_mode)>(args.decomposition);"""
+
+STREAMK_BARRIER_REGION = """\
+  {
+    using Scheduler = typename GemmKernel::TileScheduler;
+    auto problem_mnkl = make_shape(args.m, args.n, args.k, 1);
+    dim3 blocks = Scheduler::get_tiled_cta_shape_mnl(problem_mnkl, TileShape{}, ClusterShape{});
+    uint32_t k_tiles = uint32_t((args.k + size<2>(TileShape{}) - 1) / size<2>(TileShape{}));
+    size_t barrier = 0, reduction = 0;
+    Scheduler::Params::get_workspace_component_sizes(
+        blocks, k_tiles, cutlass::gemm::to_gemm_coord(TileShape{}),
+        cutlass::gemm::to_gemm_coord(ClusterShape{}), barrier, reduction, hw_info,
+        arguments.scheduler.splits, arguments.scheduler.max_swizzle_size, arguments.scheduler.raster_order,
+        arguments.scheduler.decomposition_mode, arguments.scheduler.reduction_mode,
+        GemmKernel::NumMmaWarpGroups, cute::sizeof_bits<typename Scheduler::BarrierType>::value,
+        cute::sizeof_bits<float>::value, CollectiveEpilogue::get_store_pipe_increment(TileShape{}));
+    size_t epilogue = cutlass::round_nearest(CollectiveEpilogue::get_workspace_size(problem, arguments.epilogue),
+                                             cutlass::MinWorkspaceAlignment);
+    barrier_offset = (long long)(epilogue + reduction);
+    barrier_bytes = (long long)barrier;
+  }"""
+
+
+def _scheduler_snippets(config: SparseGemmConfig) -> dict:
+    if config.tile_scheduler == "streamk":
+        return {"tile_scheduler": "cutlass::gemm::StreamKScheduler",
+                "scheduler_arguments": STREAMK_ARGUMENTS, "barrier_region": STREAMK_BARRIER_REGION}
+    return {"tile_scheduler": "cutlass::gemm::PersistentScheduler",
+            "scheduler_arguments": "", "barrier_region": ""}
+
+
+def sparse_config_decl(element: str) -> str:
+    """The Sm90GemmSparseConfig that both the compressor and the GEMM mainloop must use."""
+    return (f"using SparseConfig = cutlass::Sm90GemmSparseConfig<cute::sparse_elem<2, {element}>, "
+            f"cute::SM90::GMMA::Major::K, cute::sparse_elem<8, uint8_t>, cute::C<128>>;")

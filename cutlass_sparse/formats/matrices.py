@@ -1,0 +1,148 @@
+"""The compressed containers: SparseMatrix (one [M, K] matrix) and SparseBatch (a stack).
+
+Each holds values and metadata in one kernel family's layout. The sm80 layout is encoded
+and decoded here on the host (sm80_layout); the sm90 layout is CUTLASS's own, produced
+and read by GPU kernels, so its codec is handed in from above (api.compress registers
+it: formats sits below launching and must not import it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..describe import dtypes
+from . import sm80_layout
+from .patterns import LAYOUT_SM80
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How to make and read one layout: compress(dense, layout) -> SparseMatrix and
+    to_dense(matrix) -> dense."""
+
+    compress: Callable
+    to_dense: Callable
+
+
+_codecs: dict[str, Codec] = {}
+
+
+def register_codec(layout: str, codec: Codec) -> None:
+    _codecs[layout] = codec
+
+
+def codec(layout: str) -> Codec:
+    try:
+        return _codecs[layout]
+    except KeyError:
+        raise ValueError(f"no codec for layout {layout!r}: import cutlass_sparse first") from None
+
+
+@dataclass
+class SparseMatrix:
+    """A structured-sparse [M, K] matrix (2:4; 1:2 for tf32), compressed for one kernel family's
+    metadata layout."""
+
+    shape: tuple[int, int]          # logical (M, K)
+    dtype: np.dtype
+    values: object                  # sm80: [M_pad, K_pad/2], numpy or cupy
+    metadata: object                # sm80: words [K_pad/(2*16 or 2*32), 2*M_pad] (ColumnMajorInterleaved<2>)
+    layout: str = LAYOUT_SM80       # which kernel family's metadata layout this is
+
+    def _require_sm80(self, what: str) -> None:
+        if self.layout != LAYOUT_SM80:
+            raise ValueError(f"{what} reads the sm80 layout; this matrix is {self.layout!r}")
+
+    @property
+    def padded_shape(self) -> tuple[int, int]:
+        """(M, K) of the stored sm80 operand, padding included."""
+        self._require_sm80("padded_shape")
+        return self.values.shape[0], self.values.shape[1] * 2
+
+    @property
+    def is_device(self) -> bool:
+        return dtypes.array_module(self.values) is not np
+
+    @property
+    def metadata_ld(self) -> int:
+        """Leading dimension of the metadata in words (ColumnMajorInterleaved<2>)."""
+        return 2 * self.padded_shape[0]
+
+    @property
+    def element(self) -> str:
+        """The operand type the kernels see ("tf32" for float32)."""
+        return dtypes.operand_name(self.dtype)
+
+    def to_device(self) -> "SparseMatrix":
+        import cupy
+
+        return SparseMatrix(self.shape, self.dtype, cupy.asarray(self.values),
+                            cupy.asarray(self.metadata), self.layout)
+
+    def to_host(self) -> "SparseMatrix":
+        if not self.is_device:
+            return self
+        return SparseMatrix(self.shape, self.dtype, self.values.get(), self.metadata.get(), self.layout)
+
+    def plain_metadata(self):
+        """The [M_pad, words] metadata before CUTLASS's reorder."""
+        self._require_sm80("plain_metadata")
+        return sm80_layout.plain_metadata(self.metadata, self.element, *self.padded_shape)
+
+    def to_layout(self, layout: str) -> "SparseMatrix":
+        """The same matrix compressed for another kernel family (an explicit conversion)."""
+        if layout == self.layout:
+            return self
+        dense = self.to_dense()
+        if layout != LAYOUT_SM80 and dtypes.array_module(dense) is np:
+            import cupy
+
+            dense = cupy.asarray(dense)
+        return codec(layout).compress(dense, layout)
+
+    def to_dense(self):
+        """The [M, K] matrix this represents (numpy or cupy, like the stored values)."""
+        if self.layout != LAYOUT_SM80:
+            return codec(self.layout).to_dense(self)
+        return sm80_layout.decode(self.values, self.metadata, self.element, self.shape, self.dtype)
+
+
+@dataclass
+class SparseBatch:
+    """A batch of structured-sparse [M, K] matrices of one shape, compressed (sm80 layout)
+    into stacked arrays with one stride per matrix, as CUTLASS's batched mode reads them."""
+
+    shape: tuple[int, int]          # logical (M, K) of each matrix
+    dtype: np.dtype
+    values: object                  # [batch, M_pad, K_pad/2]
+    metadata: object                # [batch, words/2, 2*M_pad]
+    layout: str = LAYOUT_SM80
+
+    @property
+    def batch(self) -> int:
+        return self.values.shape[0]
+
+    def __getitem__(self, i: int) -> SparseMatrix:
+        return SparseMatrix(self.shape, self.dtype, self.values[i], self.metadata[i], self.layout)
+
+    @property
+    def padded_shape(self) -> tuple[int, int]:
+        return self[0].padded_shape
+
+    @property
+    def metadata_ld(self) -> int:
+        return self[0].metadata_ld
+
+    @property
+    def element(self) -> str:
+        return dtypes.operand_name(self.dtype)
+
+    @property
+    def is_device(self) -> bool:
+        return dtypes.array_module(self.values) is not np
+
+    def to_dense(self):
+        xp = dtypes.array_module(self.values)
+        return xp.stack([self[i].to_dense() for i in range(self.batch)])

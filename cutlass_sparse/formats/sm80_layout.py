@@ -1,0 +1,135 @@
+"""The sm80 compressed layout (CUTLASS 2.x sparse kernels): encode a checked 2:4 matrix
+into it and decode it back, on NumPy or CuPy alike.
+
+Layout (fp16/bf16, int8; tf32 as 1:2):
+- values: [M_pad, K_pad/2], row-major; per group of four along K, the two kept values
+  in ascending index order.
+- metadata: one 4-bit nibble per group, low two bits = index of the first kept value,
+  high two bits = index of the second, first group in the lowest nibble; four groups per
+  uint16 word (16-bit types) or eight per uint32 word (int8: CUTLASS's ElementE is 32-bit
+  when the instruction's kMaxID2 is 1). The [M_pad, words] matrix is then reordered as
+  CUTLASS's reorder_meta (tools/util/include/cutlass/util/host_reorder.h: rows
+  interleaved in groups of 32 for 16-bit words, 16 for 32-bit ones) and stored in
+  ColumnMajorInterleaved<2>, the layout the kernel's metadata iterator reads.
+- M is padded to a multiple of 32 (the row-reorder group) and K to a multiple of 128
+  (the largest threadblock K): padding holds zero values with valid metadata, so a
+  kernel may run over it without reading memory it does not own.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..describe import dtypes
+from ..describe.arith import round_up
+from .patterns import K_MULTIPLE, PATTERNS, ROW_GROUP, _bits, _nonzero
+
+
+def padded_shape(m: int, k: int) -> tuple[int, int]:
+    """(M_pad, K_pad) of the stored operand for a logical [M, K] matrix."""
+    return round_up(m, ROW_GROUP), round_up(k, K_MULTIPLE)
+
+
+def grouped(dense, element: str):
+    """dense's bit patterns zero-padded to [M_pad, K_pad], seen as [M_pad, groups, group],
+    after checking that no group holds more non-zeros than the pattern keeps."""
+    xp = dtypes.array_module(dense)
+    pattern = PATTERNS[element]
+    m, k = dense.shape
+    m_pad, k_pad = padded_shape(m, k)
+    source = _bits(xp.ascontiguousarray(dense))
+    padded = xp.zeros((m_pad, k_pad), dtype=source.dtype)
+    padded[:m, :k] = source
+    g = pattern.group
+    groups = padded.reshape(m_pad, k_pad // g, g)
+    nonzero = _nonzero(xp, groups)
+    counts = nonzero.sum(axis=-1)
+    if bool((counts > pattern.keep).any()):
+        row, group = (int(v) for v in xp.argwhere(counts > pattern.keep)[0])
+        raise ValueError(
+            f"dense is not {pattern.name} sparse: row {row}, columns {g * group}..{g * group + g - 1} hold "
+            f"{int(counts[row, group])} non-zeros (at most {pattern.keep} per group of {g} along K for "
+            f"{dense.dtype}); use cutlass_sparse.prune_2to4 first")
+    return groups, nonzero, counts
+
+
+def _reorder_offsets(xp, m_pad: int, words_per_row: int, word_bytes: int = 2):
+    """Flat offset, in the stored metadata, of word (row, col) of the plain [M, words] matrix.
+
+    CUTLASS reorder_meta: rows are interleaved within groups of 32 (16-bit words; 16 for
+    32-bit words), then 2x2 blocks are transposed; the result is laid out
+    ColumnMajorInterleaved<2> with leading dimension 2 * M_pad.
+    """
+    group, interweave = (32, 4) if word_bytes == 2 else (16, 2)
+    rows = xp.arange(m_pad)[:, None]
+    cols = xp.arange(words_per_row)[None, :]
+    dest_row = rows // group * group + (rows % 8) * interweave + (rows % group) // 8
+    dest_col = cols + xp.zeros_like(rows)
+    dest_row = dest_row + xp.zeros_like(cols)
+    swap_down = (dest_row % 2 == 0) & (dest_col % 2 == 1)
+    swap_up = (dest_row % 2 == 1) & (dest_col % 2 == 0)
+    dest_row = dest_row + swap_down - swap_up
+    dest_col = dest_col - swap_down + swap_up
+    return (dest_col // 2) * (2 * m_pad) + dest_row * 2 + dest_col % 2
+
+def encode(dense, element: str):
+    """(values, metadata) of a 2:4 [M, K] numpy or cupy matrix in the sm80 layout."""
+    xp = dtypes.array_module(dense)
+    pattern = PATTERNS[element]
+    groups, nonzero, counts = grouped(dense, element)
+    m_pad, n_groups, _ = groups.shape
+    k_pad = n_groups * pattern.group
+    # Indices of the first and second non-zero (-1 if absent), without sorting.
+    seen = xp.cumsum(nonzero, axis=-1)
+    first = xp.where(counts > 0, ((seen == 1) & (nonzero == 1)).astype(xp.int32).argmax(axis=-1), -1)
+    if pattern.keep == 1:
+        # 1:2: the kept value (or the first of an empty pair); its nibble names the two
+        # 16-bit halves it occupies: (0, 1) or (2, 3).
+        kept = xp.maximum(first, 0).astype(xp.int32)
+        values = xp.take_along_axis(groups, kept[..., None], axis=-1)[..., 0]
+        idx0, idx1 = 2 * kept, 2 * kept + 1
+    else:
+        second = xp.where(counts > 1, ((seen == 2) & (nonzero == 1)).astype(xp.int32).argmax(axis=-1), -1)
+        # Fewer than two non-zeros: complete to a valid ascending pair that covers them.
+        # (p) -> (0, 1) for p < 2, (0, p) otherwise; nothing -> (0, 1).
+        idx0 = xp.where(counts == 2, first, 0).astype(xp.int32)
+        idx1 = xp.where(counts == 2, second, xp.where((counts == 1) & (first >= 2), first, 1)).astype(xp.int32)
+        values = xp.stack([xp.take_along_axis(groups, idx0[..., None], axis=-1)[..., 0],
+                           xp.take_along_axis(groups, idx1[..., None], axis=-1)[..., 0]], axis=-1)
+    values = values.reshape(m_pad, k_pad // 2).view(dense.dtype)
+
+    per_word, word = pattern.nibbles_per_word, pattern.word
+    words_per_row = k_pad // pattern.logical_per_word
+    nibbles = (idx0 | (idx1 << 2)).astype(xp.int64).reshape(m_pad, words_per_row, per_word)
+    words = (nibbles << (4 * xp.arange(per_word, dtype=xp.int64))).sum(axis=-1).astype(word)
+    stored = xp.empty(m_pad * words_per_row, dtype=word)
+    stored[_reorder_offsets(xp, m_pad, words_per_row, np.dtype(word).itemsize).reshape(-1)] = words.reshape(-1)
+    return values, stored.reshape(words_per_row // 2, 2 * m_pad)
+
+
+def plain_metadata(metadata, element: str, m_pad: int, k_pad: int):
+    """The [M_pad, words] metadata before CUTLASS's reorder."""
+    xp = dtypes.array_module(metadata)
+    pattern = PATTERNS[element]
+    offsets = _reorder_offsets(xp, m_pad, k_pad // pattern.logical_per_word, np.dtype(pattern.word).itemsize)
+    return metadata.reshape(-1)[offsets]
+
+
+def decode(values, metadata, element: str, shape: tuple[int, int], dtype):
+    """The [M, K] matrix that sm80-layout values and metadata represent."""
+    xp = dtypes.array_module(values)
+    m_pad, k_pad = values.shape[0], values.shape[1] * 2
+    pattern = PATTERNS[element]
+    words = plain_metadata(metadata, element, m_pad, k_pad).astype(xp.int64)
+    shifts = xp.arange(pattern.nibbles_per_word, dtype=xp.int64) * 4
+    nibbles = (words[:, :, None] >> shifts) & 0xF                       # [M_pad, words, nibbles]
+    nibbles = nibbles.reshape(m_pad, k_pad // pattern.group)
+    kept = _bits(values).reshape(m_pad, k_pad // pattern.group, pattern.keep)
+    lane = xp.arange(pattern.group, dtype=xp.int64)
+    if pattern.keep == 1:   # the nibble names the kept value's two 16-bit halves
+        dense = xp.where(lane == (nibbles & 0x3)[..., None] // 2, kept[..., 0:1], kept.dtype.type(0))
+    else:
+        first, second = nibbles & 0x3, nibbles >> 2
+        dense = xp.where(lane == first[..., None], kept[..., 0:1], kept.dtype.type(0))
+        dense = xp.where(lane == second[..., None], kept[..., 1:2], dense)
+    m, k = shape
+    return dense.reshape(m_pad, k_pad)[:m, :k].copy().view(dtype)

@@ -1,0 +1,33 @@
+"""Facts about a CUDA device, asked once per device (CuPy's attribute calls cost tens of
+microseconds, a call's whole budget)."""
+from __future__ import annotations
+
+import functools
+
+
+@functools.cache
+def facts(device_id: int) -> tuple[str, int]:
+    """(arch, SM count) of a device: ("sm_90", 132) on an H100."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    cc = cupy.cuda.Device(device_id).compute_capability
+    return f"sm_{cc}", runtime.deviceGetAttribute(runtime.cudaDevAttrMultiProcessorCount, device_id)
+
+
+@functools.cache
+def identity(device_id: int) -> tuple[str, str]:
+    """(name, compute capability) of a device, as profiler records name it."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
+    return props["name"].decode(), cupy.cuda.Device(device_id).compute_capability
+
+
+def sm90_arch(device_id: int) -> str:
+    """The sm90 family's compile target for a device, or a clear error where it cannot run."""
+    arch = facts(device_id)[0]
+    if arch != "sm_90":
+        raise ValueError(f"the sm90 kernel family needs a compute capability 9.0 GPU; device {device_id} "
+                         f"is {arch}: use family='sm80' (compress(..., layout='sm80'))")
+    return "sm_90a"

@@ -1,0 +1,142 @@
+"""The profiler's timing loop: time the catalog's candidates for a problem on the GPU,
+check each against the dense answer, and record the winner (profiler.records).
+
+Profiling never starts unless asked (cs.tune, matmul(autotune=True) on a miss,
+force_profile=True, the CLI's --profile, warm-up's --tune); a recorded winner is used by
+every later call with that signature, in any process that opens the same cache.
+
+Timing: the candidates' kernels are compiled first (in parallel worker processes), then
+each runs on the same operands: one checked call, then kernel-only timing (20 calls
+queued behind a spin kernel, median of 7). Every candidate sees the same warm L2 state:
+the operands were just used by the previous candidate.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .. import reference
+from ..build import warmup
+from ..describe import dtypes, selection
+from ..describe.description import ReductionConfig
+from ..describe.problem import Epilogue, Operand, Problem, Split
+from ..plan import plans
+from .records import Choice, Signature, candidates, put_record, record_of
+
+# s8: float32 reference rounding only; tf32: 10-bit mantissas
+TOLERANCE = {"f16": 2e-2, "bf16": 5e-2, "s8": 1e-5, "tf32": 1e-2}
+
+
+@dataclass
+class Row:
+    choice: Choice
+    ms: float | None
+    tflops: float | None
+    status: str          # "ok", or why the candidate was dropped
+
+
+def tune(problem: Problem, sw, x, *, force: bool = False, jobs: int | None = None,
+         progress=None) -> tuple[Choice, list[Row]]:
+    """Profile every candidate for sw @ x (as `problem` describes it), record and return
+    (winner, table of rows).
+
+    With a record already there and force=False, returns it without profiling (the table
+    then holds the recorded rows). progress(done, total, text) is called as work finishes.
+    """
+    import cupy
+
+    p = problem
+    signature = Signature.of(p)
+    if not force:
+        record = record_of(signature)
+        if record is not None:
+            return Choice.from_json(record[0]), [_row_from_json(r) for r in record[1]]
+    choices = candidates(p.family, p.k, p.element, p.element_out)
+    _compile(choices, p, jobs, progress)
+    # Every candidate writes a fresh [M, N] y; no C, the problem's activation.
+    timed = dataclasses.replace(p, out=Operand("row", p.n, 16), c=None, split_k=None, split_k_mode=None,
+                                epilogue=Epilogue(activation=p.activation))
+    with cupy.cuda.Device(p.device_id):
+        expected = reference.activation(p.activation, reference.to_float32(sw.to_dense()) @ reference.to_float32(x))
+        y = cupy.empty((p.m, p.n), dtype=dtypes.numpy_dtype(p.element_out))
+        rows = []
+        for i, choice in enumerate(choices):
+            rows.append(_time(timed, choice, sw, x, y, expected))
+            if progress:
+                progress(i + 1, len(choices), f"timed {choice.label}: {rows[-1].status}")
+    ok = [r for r in rows if r.ms is not None]
+    if not ok:
+        raise RuntimeError(f"no candidate ran {p.m}x{p.n}x{p.k} correctly: " + "; ".join(r.status for r in rows[:3]))
+    winner = min(ok, key=lambda r: r.ms).choice
+    rows.sort(key=lambda r: (r.ms is None, r.ms or 0.0))
+    put_record(signature, winner, [_row_to_json(r) for r in rows])
+    return winner, rows
+
+
+def _time(problem: Problem, choice: Choice, sw, x, y, expected) -> Row:
+    """One candidate: a checked call, then kernel-only timing."""
+    try:
+        plan = plans.make(problem, choice=choice)
+
+        def call():
+            return plan.run(sw, x, y, None, None)
+
+        y.fill(0)
+        call()
+        err = reference.relative_error(y, expected)
+        if not err <= TOLERANCE[problem.element]:
+            return Row(choice, None, None, f"wrong: relative error {err:.1e}")
+        ms = reference.kernel_median_ms(call, calls=20, replays=7)
+        return Row(choice, ms, 2.0 * problem.m * problem.n * problem.k / ms / 1e9, "ok")
+    except Exception as exc:  # a candidate that cannot run this problem is reported, not fatal
+        return Row(choice, None, None, f"failed: {str(exc).splitlines()[0][:120]}")
+
+
+def candidate_configs(choices, m, n, k, element, element_out, layout_b, activation, sm_count) -> list:
+    """The kernels (GEMMs and, for parallel split-K, reductions) the candidates run."""
+    base = selection.config_for_shape(m, n, k, element, element_out, layout_b, sm_count, choices[0].family)
+    configs = []
+    for choice in choices:
+        tb, warps, stages, cluster, schedule, scheduler = choice.tile
+        config = dataclasses.replace(base, threadblock=tb, warps=warps, stages=stages, cluster=cluster,
+                                     schedule=schedule, tile_scheduler=scheduler, activation=activation)
+        if choice.family == "sm80":
+            split = Split(choice.split_k, choice.split_k_mode)
+            config = selection.gemm_variant(config, split, activation)
+            if split.parallel:
+                configs.append(ReductionConfig(element_out, selection.reduction_alignment(element_out, n),
+                                               activation))
+        configs.append(config)
+    return configs
+
+
+def _compile(choices, problem: Problem, jobs, progress):
+    """Compile (in worker processes) every kernel the candidates need that is not cached."""
+    def report(count, total, result):
+        if progress:
+            progress(count, total, f"compile {result[2]} {result[0]}")
+
+    p = problem
+    arch = "sm_90a" if p.family == "sm90" else p.arch
+    configs = candidate_configs(choices, p.m, p.n, p.k, p.element, p.element_out, p.layout_b, p.activation,
+                                p.sm_count)
+    warmup.compile_all(configs, arch, jobs=jobs, progress=report)
+
+
+def _row_to_json(row: Row) -> dict:
+    return {"choice": row.choice.to_json(), "ms": row.ms, "tflops": row.tflops, "status": row.status}
+
+
+def _row_from_json(data: dict) -> Row:
+    return Row(Choice.from_json(data["choice"]), data["ms"], data["tflops"], data["status"])
+
+
+def format_table(rows: list[Row]) -> str:
+    best = min((r.ms for r in rows if r.ms is not None), default=None)
+    lines = [f"{'candidate':48s} {'time (us)':>10s} {'TFLOP/s':>9s} {'vs best':>8s}  status"]
+    for r in rows:
+        if r.ms is None:
+            lines.append(f"{r.choice.label:48s} {'-':>10s} {'-':>9s} {'-':>8s}  {r.status}")
+        else:
+            lines.append(f"{r.choice.label:48s} {r.ms * 1e3:10.1f} {r.tflops:9.1f} {best / r.ms:8.2f}  {r.status}")
+    return "\n".join(lines)
