@@ -66,6 +66,10 @@ def _cuda_home() -> Path | None:
 def _pip_cuda_includes() -> list[Path]:
     """Every site-packages/nvidia/cu13/include from NVIDIA's pip header packages.
 
+    Not cuda.pathfinder's locate_nvidia_header_directory: it names one directory and
+    whether it came from site-packages or CUDA_HOME, but the cache key needs the exact
+    wheel version of each piece (CCCL, runtime, crt), which these directories give.
+
     The wheels may sit in several site directories (e.g. a --target dir beside the
     system's), so each header piece is looked up across all of them.
     """

@@ -133,6 +133,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     on the CPU machine and carried, so device time is not spent compiling."""
     import importlib.util
 
+    from cutlass_sparse.describe.problem import Problem
     from cutlass_sparse.profiler import records, tune
     from cutlass_sparse.describe.description import CompressorConfig
 
@@ -149,7 +150,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     for family, (m, n, k) in [("sm80", (512, 16, 1024)), ("sm80", (256, 256, 256)), ("sm90", (1024, 16, 1024)),
                               ("sm90", (4096, 4096, 4096)), ("sm90", (4096, 16, 4096))]:   # profiler
         choices = records.candidates(family, k)
-        items = tune.candidate_configs(choices, m, n, k, "f16", "f16", "row", "identity", sm_count)
+        items = tune.candidate_configs(choices, Problem.contiguous(family, m, n, k, sm_count=sm_count))
         (sm80_items if family == "sm80" else sm90_items).extend(items)
     for dtype in DTYPES:   # scripts/bench.py
         for m, n, k in script("bench.py").DEFAULT_SHAPES:

@@ -47,8 +47,11 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
     if element == "s8":
         operands.check_int8(layout_b, n, element_out, activation, None, None)
     m_pad, k_stored = sw.padded_shape
-    arch, sm_count = device.facts(device_id)
     with cupy.cuda.Device(device_id):
+        c_eff, beta_eff = c, beta
+        if bias is not None:
+            c_eff, beta_eff = operands.with_bias(bias, None, 0.0, m, n, np_out, device_id), 1.0
+        arch, sm_count = device.facts(device_id)
         cat = catalog.for_element(sm80.FAMILY, element)
         tile = config.threadblock if config else selection.choose_tile(cat, m_pad, n, k, sm_count)[0]
         k_eff = cdiv(k, tile[2]) * tile[2]
@@ -58,12 +61,9 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
                 x_full = cupy.zeros((batch, n, k_eff), dtype=x.dtype).transpose(0, 2, 1)
             x_full[:, :k] = x
             x = x_full
-            layout_b, ldb = operands.matrix_layout(x[0], "x[0]")
+            ldb = n if layout_b == "row" else k_eff
         # D (and C) as [batch, M_pad, N] row-major; y is a view of the top M rows of each.
         d = cupy.empty((batch, m_pad, n), dtype=np_out)
-        c_eff, beta_eff = c, beta
-        if bias is not None:
-            c_eff, beta_eff = operands.with_bias(bias, None, 0.0, m, n, np_out, device_id), 1.0
         if beta_eff != 0.0:
             if c_eff is None:
                 raise ValueError("beta is non-zero but c is None")

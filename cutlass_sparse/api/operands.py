@@ -204,8 +204,9 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
         bias = as_device_array(bias, "bias")
         bias_kind = "columns" if bias.shape == (1, n) and m != 1 else "rows"
         c_operand, beta = Operand("row", n, 16), 1.0
+    x_operand = _operand(x, layout_b, ldb)
     arch, sm_count = device.facts(device_id)
-    problem = Problem(family, m, n, k, element, element_out, _operand(x, layout_b, ldb), out_operand, c_operand,
+    problem = Problem(family, m, n, k, element, element_out, x_operand, out_operand, c_operand,
                       Epilogue(float(alpha), float(beta), activation, float(leaky_slope), bias_kind),
                       split_k, split_k_mode, device_id, arch, sm_count)
     return GemmCall(problem, out, c, bias, beta_c)

@@ -1,4 +1,9 @@
-"""NVRTC: CUDA C++ source in, cubin bytes out. Caches nothing (see kernels.py)."""
+"""NVRTC: CUDA C++ source in, cubin bytes out. Caches nothing (see kernels.py).
+
+Written on cuda.bindings.nvrtc rather than cuda.core's Program: the sm90 kernels compile
+against patched CUTLASS headers handed to nvrtcCreateProgram in memory (emit.nvrtc_headers),
+and Program (cuda.core 1.2) takes no named in-memory headers.
+"""
 from __future__ import annotations
 
 import tempfile

@@ -92,9 +92,11 @@ def _time(problem: Problem, choice: Choice, sw, x, y, expected) -> Row:
         return Row(choice, None, None, f"failed: {str(exc).splitlines()[0][:120]}")
 
 
-def candidate_configs(choices, m, n, k, element, element_out, layout_b, activation, sm_count) -> list:
+def candidate_configs(choices, problem: Problem) -> list:
     """The kernels (GEMMs and, for parallel split-K, reductions) the candidates run."""
-    base = selection.config_for_shape(m, n, k, element, element_out, layout_b, sm_count, choices[0].family)
+    p = problem
+    element_out, activation, n = p.element_out, p.activation, p.n
+    base = selection.config_for_shape(p.m, p.n, p.k, p.element, p.element_out, p.layout_b, p.sm_count, p.family)
     configs = []
     for choice in choices:
         tb, warps, stages, cluster, schedule, scheduler = choice.tile
@@ -118,8 +120,7 @@ def _compile(choices, problem: Problem, jobs, progress):
 
     p = problem
     arch = "sm_90a" if p.family == "sm90" else p.arch
-    configs = candidate_configs(choices, p.m, p.n, p.k, p.element, p.element_out, p.layout_b, p.activation,
-                                p.sm_count)
+    configs = candidate_configs(choices, p)
     warmup.compile_all(configs, arch, jobs=jobs, progress=report)
 
 
