@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import any_shape_cases  # noqa: E402
 
 # (M, N, K): tile multiples, ragged M/N/K, tiny, K = 16, large K, decode-like N.
 SHAPES = [
@@ -117,14 +119,36 @@ def issue4_configs(family: str, sm_count: int = 132):
 
 
 def configs(sm_count: int = 132):
-    from cutlass_sparse.describe import selection
+    """The sm80 kernels test_gpu_matmul's cases run, as cs.matmul's plans pick them."""
+    from cutlass_sparse.describe.problem import Problem
 
-    for (m, n, k), dtype, out, layout in cases():
-        if layout == "row" and n % 2:
-            if n > 1:
-                continue  # refused with an alignment error, no kernel
-            layout = "col"  # a single column is read as column-major
-        yield selection.config_for_shape(m, n, k, dtype, out, layout, sm_count)
+    problems = [Problem.contiguous("sm80", m, n, k, element=dtype, element_out=out, layout_b=layout,
+                                   sm_count=sm_count) for (m, n, k), dtype, out, layout in cases()]
+    return [config for config, _ in planned_configs(problems)]
+
+
+def planned_configs(problems) -> list[tuple[object, str]]:
+    """(kernel, arch) that cs.matmul's family plans pick for these problems, found on a
+    machine without a GPU by making each plan with the compile step recorded, not run."""
+    from unittest import mock
+
+    from cutlass_sparse.build import kernels
+    from cutlass_sparse.launch import sm80
+    from cutlass_sparse.plan import plans
+
+    seen = []
+
+    def record(config, arch, cache=None):
+        seen.append((config, kernels.normalize_arch(arch)))
+        return kernels.CompiledKernel(config, arch, f"planned-{config.name}-{arch}", b"",
+                                      {"shared_bytes": 0, "threads": 128, "params_bytes": 8})
+
+    with mock.patch.object(kernels, "get", record):
+        for problem in problems:
+            plans.make(problem)
+    sm80.resolve.cache_clear()
+    sm80.resolve_reduction.cache_clear()
+    return list(dict.fromkeys(seen))
 
 
 def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
@@ -159,7 +183,9 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
         for m, n, k in ((128, 64, 128), (4096, 4096, 4096)):
             (sm80_items if family == "sm80" else sm90_items).append(
                 selection_config(m, n, k, "f16", family, sm_count))
-    unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items]))
+    swept = planned_configs(any_shape_cases.problem_of(case, sm_count)
+                            for family in ("sm80", "sm90") for case in any_shape_cases.cases(family))
+    unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
 
 

@@ -1,4 +1,5 @@
 import pytest
+import dataclasses
 from cutlass_library.library import DataType, LayoutType, OpcodeClass
 
 from cutlass_sparse.describe import catalog, selection
@@ -63,8 +64,8 @@ def test_selection_prefers_big_tiles_for_big_problems_and_small_for_small():
     assert big.threadblock[0] * big.threadblock[1] > small.threadblock[0] * small.threadblock[1]
     odd = selection.config_for_shape(100, 3, 16, "f16", "f16", "col", sm_count=132)
     assert odd.alignment_c == 1
-    with pytest.raises(ValueError, match="N must be even"):
-        selection.config_for_shape(100, 3, 16, "f16", "f16", "row", sm_count=132)
+    # an odd-N row-major x is staged column-major: the same kernel as a column-major x
+    assert selection.config_for_shape(100, 3, 16, "f16", "f16", "row", sm_count=132) == odd
 
 
 # The H100 sweeps of session 3 (docs/tune90_splitk_h100.log, docs/tune90_large_h100.log):
@@ -122,3 +123,25 @@ def test_a_tile_limited_to_some_outputs_is_refused_clearly_and_never_chosen():
     for shape in [(4096, 4096, 4096), (256, 8192, 4096), (128, 16384, 1024)]:
         assert selection.choose_sm90(*shape, 132, None, "f16", "f32")[0] != wide
     assert all(c.tile != wide for c in profiler.candidates("sm90", 4096, "bf16", "f32"))
+
+
+def test_problem_is_its_own_plan_key():
+    """Two problems that need different kernels or parameters never compare equal; the
+    same problem made again (new pointers, same alignment class) does."""
+    from cutlass_sparse.describe.problem import Epilogue, Operand, Problem, alignment_class
+
+    base = Problem.contiguous("sm90", 4096, 16, 4096)
+    assert base == Problem.contiguous("sm90", 4096, 16, 4096) and hash(base) == hash(
+        Problem.contiguous("sm90", 4096, 16, 4096))
+    others = [Problem.contiguous("sm90", 4096, 17, 4096), Problem.contiguous("sm80", 4096, 16, 4096),
+              Problem.contiguous("sm90", 4096, 16, 4096, element="bf16"),
+              Problem.contiguous("sm90", 4096, 16, 4096, layout_b="col"),
+              Problem.contiguous("sm90", 4096, 16, 4096, activation="gelu"),
+              dataclasses.replace(base, x=Operand("row", 24, 16)),          # padded leading dimension
+              dataclasses.replace(base, x=Operand("row", 16, 2)),           # offset view
+              dataclasses.replace(base, out=Operand("row", 16, 16)),        # a caller's out
+              dataclasses.replace(base, epilogue=Epilogue(alpha=2.0)),
+              dataclasses.replace(base, split_k=2), dataclasses.replace(base, device_id=1)]
+    assert len({base, *others}) == len(others) + 1
+    # alignment classes: what a pointer allows, capped at 16 bytes
+    assert [alignment_class(p) for p in (0, 0x7f0000000100, 0x7f0000000102, 0x7f0000000108)] == [16, 16, 2, 8]

@@ -66,10 +66,7 @@ def poisoned(shape, np_dtype):
 def test_matmul_matches_dense(shape, dtype, layout):
     m, n, k = shape
     w, sw, x = random_operands(m, n, k, dtype, layout, seed=hash((shape, dtype, layout)) % 2**31)
-    if layout == "row" and n % 2 and n > 1:
-        with pytest.raises(ValueError, match="not aligned"):
-            cs.matmul(sw, x)
-        return
+    # odd N with a row-major x: the library stages x column-major
     out = poisoned((m, n), dtypes.numpy_dtype(dtype))
     y = cs.matmul(sw, x, out=out)
     assert y is out
@@ -179,15 +176,8 @@ def test_bad_inputs_raise_clear_errors():
         cs.matmul(sw.to_host(), x)
     with pytest.raises(TypeError, match="SparseMatrix"):
         cs.matmul(w, x)
-    base = cupy.zeros((128, 49), dtype=cupy.float16)
-    with pytest.raises(ValueError, match="not aligned"):
-        cs.matmul(sw, base[:, 1:])               # odd leading dimension, 2-byte offset
-    with pytest.raises(ValueError, match="no unit stride"):
-        cs.matmul(sw, cupy.zeros((128, 96), dtype=cupy.float16)[:, ::2])
     with pytest.raises(ValueError, match="out must be"):
         cs.matmul(sw, x, out=cupy.zeros((64, 47), dtype=cupy.float16))
-    with pytest.raises(ValueError, match="out must be row-major"):
-        cs.matmul(sw, x, out=cupy.zeros((64, 48), dtype=cupy.float16, order="F"))
     with pytest.raises(ValueError, match="beta is non-zero but c is None"):
         cs.matmul(sw, x, beta=1.0)
     with pytest.raises(ValueError, match="out_dtype"):

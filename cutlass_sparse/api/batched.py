@@ -43,9 +43,14 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
     item = x.dtype.itemsize
     if x.strides[0] % item:
         raise ValueError(f"x's batch stride {x.strides[0]} is not a whole number of elements")
-    layout_b, ldb = operands.matrix_layout(x[0], "x[0]")
+    layout = operands.matrix_layout(x[0])
     if element == "s8":
-        operands.check_int8(layout_b, n, element_out, activation, None, None)
+        operands.check_int8(element_out, activation, None, None)
+    if layout is None or (element == "s8" and layout[0] == "row"):
+        # int8 reads B K-major; an x with no unit stride is copied: each x[i] column-major
+        x = cupy.ascontiguousarray(x.transpose(0, 2, 1)).transpose(0, 2, 1)
+        layout = operands.matrix_layout(x[0])
+    layout_b, ldb = layout
     m_pad, k_stored = sw.padded_shape
     with cupy.cuda.Device(device_id):
         c_eff, beta_eff = c, beta

@@ -65,9 +65,9 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         operands.check_same_device(workspace, "workspace", call.problem.device_id)
     with cupy.cuda.Device(call.problem.device_id):
         if (autotune or force_profile) and config is None and split_k is None and split_k_mode is None:
-            profiler.tune(call.problem, sw, x, force=force_profile)   # records the winner plans.get uses
+            profiler.tune(call.problem, sw, call.x, force=force_profile)   # records the winner plans.get uses
         plan = plans.get(call.problem, config)
-        result = plan.run(sw, x, call.out, operands.folded_c(call), workspace)
+        result = call.finish(plan.run(sw, call.x, call.out, operands.folded_c(call), workspace))
     if info is not None:
         info.update(plan.info())
     return result
@@ -139,7 +139,7 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
     x = operands.as_device_array(x, "x")
     call = operands.gemm_call(sw, x, family=family, out_dtype=out_dtype, activation=activation)
     with cupy.cuda.Device(call.problem.device_id):
-        return profiler.tune(call.problem, sw, x, force=force, jobs=jobs, progress=progress)
+        return profiler.tune(call.problem, sw, call.x, force=force, jobs=jobs, progress=progress)
 
 
 def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **options):

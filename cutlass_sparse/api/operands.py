@@ -36,8 +36,9 @@ def as_device_array(x, what: str):
                     f"got {type(x).__name__}")
 
 
-def matrix_layout(x, what: str) -> tuple[str, int]:
-    """('row', ld) or ('col', ld) in elements for a 2-D device array with one unit stride."""
+def matrix_layout(x) -> tuple[str, int] | None:
+    """('row', ld) or ('col', ld) in elements for a 2-D device array with one unit stride;
+    None for an array with none (the caller stages a copy)."""
     rows, cols = x.shape
     item = x.dtype.itemsize
     s0, s1 = x.strides
@@ -47,8 +48,14 @@ def matrix_layout(x, what: str) -> tuple[str, int]:
         return "row", max(s0 // item, cols)
     if (s0 == item or rows == 1) and s1 % item == 0 and (s1 // item >= rows or cols == 1):
         return "col", max(s1 // item, rows)
-    raise ValueError(f"{what} of shape {x.shape} with strides {x.strides} has no unit stride along "
-                     f"either dimension; pass a row- or column-major array (e.g. cupy.ascontiguousarray)")
+    return None
+
+
+def _contiguous(array):
+    """A row-major copy (a bit copy, so bf16 needs no CuPy arithmetic)."""
+    import cupy
+
+    return cupy.ascontiguousarray(array)
 
 
 def check_same_device(array, what: str, device_id: int) -> None:
@@ -61,11 +68,16 @@ def check_output_like(array, what: str, m: int, n: int, np_out, device_id: int):
     if array.shape != (m, n) or array.dtype != np_out:
         raise ValueError(f"{what} must be [{m}, {n}] of dtype {np_out}, got {array.shape} {array.dtype}")
     check_same_device(array, what, device_id)
-    item = array.dtype.itemsize
-    unit_columns = array.strides[1] == item or n == 1
-    if not (unit_columns and (array.strides[0] >= n * item or m == 1) and array.strides[0] % item == 0):
-        raise ValueError(f"{what} must be row-major: CUTLASS 2.x sparse kernels read C and write D row-major")
     return array
+
+
+def is_row_major(array) -> bool:
+    """Whether the kernels can read or write a 2-D array in place as row-major (C and D
+    are row-major in both families); others are staged by the library."""
+    m, n = array.shape
+    item = array.dtype.itemsize
+    s0, s1 = array.strides
+    return (s1 == item or n == 1) and (s0 >= n * item or m == 1) and s0 % item == 0 and s0 > 0
 
 
 def row_stride(array, cols: int) -> int:
@@ -101,10 +113,8 @@ def check_split_k(split_k, split_k_mode, family):
     return (None if split_k is None else int(split_k)), split_k_mode
 
 
-def check_int8(layout_b: str, n: int, element_out: str, activation: str, split_k, split_k_mode) -> None:
-    if layout_b != "col":
-        raise ValueError("x is row-major; int8 tensor cores read B K-major: pass a column-major x "
-                         "(cupy.asfortranarray(x), or the transpose of a row-major [N, K] array)")
+def check_int8(element_out: str, activation: str, split_k, split_k_mode) -> None:
+    """int8's own rules (a row-major x is fine: the library stages it K-major)."""
     if activation != "identity":
         raise ValueError(f"activation {activation!r} needs a floating-point output; int8 GEMMs give int32 "
                          f"or int8 (scaled by alpha and clamped)")
@@ -157,10 +167,19 @@ class GemmCall:
     """One checked 2-D call: its Problem and the arrays it runs on (C with a bias folded in)."""
 
     problem: Problem
-    out: object
+    x: object                    # the caller's x, or a contiguous copy when it has no unit stride
+    out: object                  # what the kernel writes: the caller's out, or None (library allocates)
     c: object
     bias: object = None
     beta_c: float = 0.0          # the caller's beta on c, when a bias is folded in with it
+    out_target: object = None    # a caller's out the kernel cannot write in place: copied into
+
+    def finish(self, result):
+        """The call's answer: the result, copied into the caller's out where it was staged."""
+        if self.out_target is None:
+            return result
+        self.out_target[...] = result
+        return self.out_target
 
 
 def _operand(array, layout: str, ld: int) -> Operand:
@@ -185,20 +204,29 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
     element = dtypes.operand_name(sw.dtype)
     element_out = output_type(element, out_dtype)
     np_out = dtypes.numpy_dtype(element_out)
-    out_operand = c_operand = None
+    out_operand = c_operand = out_target = None
     if out is not None:
         out = check_output_like(out, "out", m, n, np_out, device_id)
-        out_operand = _operand(out, "row", row_stride(out, n))
+        if is_row_major(out):
+            out_operand = _operand(out, "row", row_stride(out, n))
+        else:   # column-major or strided: computed into a library buffer, then copied in
+            out, out_target = None, out
     if beta != 0.0:
         if c is None:
             raise ValueError("beta is non-zero but c is None")
         c = check_output_like(c, "c", m, n, np_out, device_id)
+        if not is_row_major(c):
+            c = _contiguous(c)
         c_operand = _operand(c, "row", row_stride(c, n))
     check_activation(activation, leaky_slope)
-    layout_b, ldb = matrix_layout(x, "x")
+    layout = matrix_layout(x)
+    if layout is None:   # no unit stride along either dimension: one contiguous copy
+        x = _contiguous(x)
+        layout = matrix_layout(x)
+    layout_b, ldb = layout
     split_k, split_k_mode = check_split_k(split_k, split_k_mode, family)
     if element == "s8":
-        check_int8(layout_b, n, element_out, activation, split_k, split_k_mode)
+        check_int8(element_out, activation, split_k, split_k_mode)
     bias_kind, beta_c = "none", beta
     if bias is not None:   # folded into a C the library allocates: [M, N], ld N
         bias = as_device_array(bias, "bias")
@@ -209,7 +237,7 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
     problem = Problem(family, m, n, k, element, element_out, x_operand, out_operand, c_operand,
                       Epilogue(float(alpha), float(beta), activation, float(leaky_slope), bias_kind),
                       split_k, split_k_mode, device_id, arch, sm_count)
-    return GemmCall(problem, out, c, bias, beta_c)
+    return GemmCall(problem, x, out, c, bias, beta_c, out_target)
 
 
 def folded_c(call: GemmCall):

@@ -108,8 +108,8 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
     k_eff = cdiv(k, tile[0][2]) * tile[0][2]
     contiguous_b = n if layout_b == "row" else k_eff
     alignment_b = next((a for a in fam.alignments_b if contiguous_b % a == 0), None)
-    if alignment_b is None:
-        raise ValueError(f"a row-major x with N = {n} cannot be aligned for the sparse kernels (N must be even)")
+    if alignment_b is None:   # an odd-N row-major x is staged column-major (launch.sm80)
+        layout_b, alignment_b = "col", next(a for a in fam.alignments_b if k_eff % a == 0)
     alignment_c = next(a for a in output_alignments(family, element_out) if n % a == 0)
     return fam.config(tile, element, element_out, layout_b, alignment_b, alignment_c)
 

@@ -24,9 +24,9 @@ def identity(device_id: int) -> tuple[str, str]:
     return props["name"].decode(), cupy.cuda.Device(device_id).compute_capability
 
 
-def sm90_arch(device_id: int) -> str:
-    """The sm90 family's compile target for a device, or a clear error where it cannot run."""
-    arch = facts(device_id)[0]
+def sm90_target(arch: str, device_id: int = 0) -> str:
+    """The sm90 family's compile target for a device's arch ("sm_90" -> "sm_90a"), or a
+    clear error where it cannot run."""
     if arch != "sm_90":
         raise ValueError(f"the sm90 kernel family needs a compute capability 9.0 GPU; device {device_id} "
                          f"is {arch}: use family='sm80' (compress(..., layout='sm80'))")

@@ -174,7 +174,13 @@ class BoundGemm:
 
 
 class Sm80Plan:
-    """How one Problem runs on the sm80 family: kernel, padding, alignment, workspace."""
+    """How one Problem runs on the sm80 family: kernel, padding, staging, alignment, workspace.
+
+    Any valid problem runs: what an operand cannot give the kernel directly is staged
+    through a buffer the library allocates (x into whole K tiles, column-major when a
+    row-major x cannot be aligned, or into N rounded up to the output's vector width; C
+    and D into padded rows or columns), and the result copied or viewed back.
+    """
 
     family = FAMILY
 
@@ -183,67 +189,75 @@ class Sm80Plan:
         self.split = split = p.split
         cat = catalog.for_element(FAMILY, p.element)
         fam = catalog.load(cat)
+        item, out_item = dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize
         self.m_pad, k_stored = padded_shape(p.m, p.k)
-        # The kernel runs on M_pad rows (the metadata reorder works in groups of 32), so a
-        # ragged M computes into a padded buffer; y is a contiguous view of its top rows. A
-        # parallel split-K writes D with the reduction, over M rows: no padding needed.
-        self.pad_rows = self.m_pad != p.m and not split.parallel
-        writes_out = p.out is not None and not self.pad_rows
-        self.ldd = p.out.ld if writes_out else p.n
-        align_d = p.out.align if writes_out else ALLOCATED_ALIGN
-        if not p.epilogue.reads_c:
-            self.ldc, align_c = self.ldd, align_d
-        elif self.pad_rows:
-            self.ldc, align_c = p.n, ALLOCATED_ALIGN
-        else:
-            self.ldc, align_c = p.c.ld, p.c.align
-
         if config is None and tile is None:
             tile = selection.choose_tile(cat, self.m_pad, p.n, p.k, p.sm_count)
-        tile_k = config.threadblock[2] if config else tile[0][2]
-        self.k_eff = round_up(p.k, tile_k)
-        # mma.sp needs valid metadata on every K step, so the kernel runs over whole
-        # tiles: the stored sparse operand is padded already, x gets zero rows.
-        self.pad_k = self.k_eff != p.k
-        self.ldb, align_x = (p.x.ld, p.x.align) if not self.pad_k else (
-            p.n if p.layout_b == "row" else self.k_eff, ALLOCATED_ALIGN)
-        item = dtypes.numpy_dtype(p.element).itemsize
-        self.alignment_b = widest_alignment(fam.alignments_b, align_x, item, self.ldb,
-                                            p.n if p.layout_b == "row" else self.k_eff)
-        if self.alignment_b is None:
-            raise ValueError(
-                f"x (row-major, [{p.k}, {p.n}], leading dimension {self.ldb}, address aligned to {align_x} bytes) "
-                f"is not aligned for the sparse kernels: a row-major x needs an even N, an even leading "
-                f"dimension and a 4-byte aligned address; pass a column-major x (cupy.asfortranarray) or pad N")
-        aligns_c = selection.output_alignments(cat, p.element_out)
-        out_item = dtypes.numpy_dtype(p.element_out).itemsize
-        if split.parallel:   # the GEMM writes fp32 partials; the configuration keeps D's own width
-            self.alignment_c = widest_alignment(aligns_c, 0, 1, p.n)
-        else:
-            widths = (widest_alignment(aligns_c, align_d, out_item, self.ldd, p.n),
-                      widest_alignment(aligns_c, align_c, out_item, self.ldc, p.n))
-            if None in widths:
-                raise ValueError(f"out/c (N = {p.n}, leading dimensions {self.ldd}/{self.ldc}) cannot be written "
-                                 f"{min(aligns_c)} {p.element_out} at a time, which this output type needs: make "
-                                 f"N a multiple of {min(aligns_c)} or use out_dtype='s32'")
-            self.alignment_c = min(widths)
+        self.k_eff = round_up(p.k, config.threadblock[2] if config else tile[0][2])
         if k_stored < self.k_eff:
             raise ValueError(f"sw stores K = {k_stored}, less than the {self.k_eff} this kernel runs over")
-        if config is None:
-            config = fam.config(tile, p.element, p.element_out, p.layout_b, self.alignment_b, self.alignment_c)
+        aligns_c = selection.output_alignments(cat, p.element_out)
+        # The kernel's N: rounded up where D's element must be written several at a time (int8).
+        self.n_k = n_k = round_up(p.n, min(aligns_c))
+        self._plan_x(fam, config, item)
+        # The kernel runs on M_pad rows (the metadata reorder works in groups of 32), so a
+        # ragged M computes into a padded buffer; y is a view of its top rows. A parallel
+        # split-K writes D with the reduction, over M rows: no padding needed.
+        self.pad_rows = self.m_pad != p.m and not split.parallel
+        self.stage_out = p.out is None or self.pad_rows or n_k != p.n or (
+            widest_alignment(aligns_c, p.out.align, out_item, p.out.ld, n_k) is None)
+        self.ldd, align_d = (n_k, ALLOCATED_ALIGN) if self.stage_out else (p.out.ld, p.out.align)
+        self.stage_c = p.epilogue.reads_c and (self.pad_rows or n_k != p.n or widest_alignment(
+            aligns_c, p.c.align, out_item, p.c.ld, n_k) is None)
+        if not p.epilogue.reads_c:
+            self.ldc, align_c = self.ldd, align_d
         else:
-            check_config_fits(config, p.element, p.element_out, p.layout_b, self.alignment_b, self.alignment_c)
+            self.ldc, align_c = (n_k, ALLOCATED_ALIGN) if self.stage_c else (p.c.ld, p.c.align)
+        if split.parallel:   # the GEMM writes fp32 partials; the configuration keeps D's own width
+            self.alignment_c = widest_alignment(aligns_c, 0, 1, n_k)
+        else:
+            self.alignment_c = min(widest_alignment(aligns_c, align_d, out_item, self.ldd, n_k),
+                                   widest_alignment(aligns_c, align_c, out_item, self.ldc, n_k))
+        if config is None:
+            config = fam.config(tile, p.element, p.element_out, self.layout_b, self.alignment_b, self.alignment_c)
+        else:
+            check_config_fits(config, p.element, p.element_out, self.layout_b, self.alignment_b, self.alignment_c)
         config = selection.gemm_variant(config, split, p.activation)
-        self.gemm = resolve(config, p.arch, self.m_pad, p.n, self.k_eff, split)
-        self.semaphore_bytes, self.partial_bytes = workspace_parts(self.m_pad, p.n, config.threadblock, split)
+        self.gemm = resolve(config, p.arch, self.m_pad, n_k, self.k_eff, split)
+        self.semaphore_bytes, self.partial_bytes = workspace_parts(self.m_pad, n_k, config.threadblock, split)
         self.reduction = None
         if split.parallel:
-            c_src = (align_c, self.ldc) if p.epilogue.reads_c else (align_d, self.ldd)
-            ra = selection.reduction_alignment(p.element_out, p.n, (align_d, self.ldd, out_item),
-                                               (c_src[0], c_src[1], out_item))
-            self.reduction = resolve_reduction(p.element_out, ra, p.activation, p.arch, p.m, p.n)
-        # An unsplit whole-tile problem can be bound once and launched with two pointers.
-        self.direct = not (self.pad_rows or self.pad_k or split.slices > 1)
+            ra = selection.reduction_alignment(p.element_out, n_k, (align_d, self.ldd, out_item),
+                                               (align_c, self.ldc, out_item))
+            self.reduction = resolve_reduction(p.element_out, ra, p.activation, p.arch, p.m, n_k)
+        # An unsplit problem that needs no staging can be bound once and launched with two pointers.
+        self.direct = not (self.pad_rows or self.stage_x or self.stage_c or split.slices > 1 or n_k != p.n
+                           or (p.out is not None and self.stage_out))
+
+    def _plan_x(self, fam, config, item: int) -> None:
+        """How the kernel reads x: in place where it can, else a staged copy (layout_b,
+        ldb, alignment_b, stage_x). int8 tensor cores read B K-major only, and a row-major
+        x that cannot be aligned (odd N or leading dimension, offset views) is staged
+        column-major, where K (whole tiles) always aligns."""
+        p = self.problem
+        layout = config.layout_b if config is not None else ("col" if p.element == "s8" else p.layout_b)
+
+        def extent(layout_b: str) -> int:
+            return self.n_k if layout_b == "row" else self.k_eff
+
+        self.stage_x = self.k_eff != p.k or self.n_k != p.n or layout != p.layout_b
+        if not self.stage_x:
+            self.alignment_b = widest_alignment(fam.alignments_b, p.x.align, item, p.x.ld, extent(layout))
+            self.stage_x = self.alignment_b is None
+        if self.stage_x:
+            self.alignment_b = widest_alignment(fam.alignments_b, ALLOCATED_ALIGN, item, extent(layout))
+            if self.alignment_b is None and config is None:
+                layout = "col"
+                self.alignment_b = widest_alignment(fam.alignments_b, ALLOCATED_ALIGN, item, extent(layout))
+        if self.alignment_b is None:
+            raise ValueError(f"x ([{p.k}, {p.n}], {p.layout_b}-major) cannot be read by {config.name} "
+                             f"({config.layout_b}-major B): pass no config, or an x the kernel can read")
+        self.layout_b, self.ldb = layout, (extent(layout) if self.stage_x else p.x.ld)
 
     @property
     def workspace_bytes(self) -> int:
@@ -252,7 +266,7 @@ class Sm80Plan:
     def info(self) -> dict:
         compiled = self.gemm.kernel.compiled
         return dict(config=compiled.config.name, arch=self.problem.arch, from_cache=compiled.from_cache,
-                    compile_seconds=compiled.compile_seconds, grid=self.gemm.grid, k_padded=self.pad_k,
+                    compile_seconds=compiled.compile_seconds, grid=self.gemm.grid, k_padded=self.k_eff != self.problem.k, staged_x=self.stage_x,
                     split_k=self.split.slices, split_k_mode=self.split.mode, workspace_bytes=self.workspace_bytes)
 
     def _scalars(self) -> tuple[float, float, float]:
@@ -268,29 +282,28 @@ class Sm80Plan:
         """Launch on the current stream; returns D as [M, N] (`out` when given)."""
         import cupy
 
-        p, split = self.problem, self.split
-        if self.pad_k:
-            x_full = cupy.zeros((self.k_eff, p.n), dtype=x.dtype, order="C" if p.layout_b == "row" else "F")
-            x_full[:p.k] = x
+        p, split, n_k = self.problem, self.split, self.n_k
+        if self.stage_x:
+            x_full = cupy.zeros((self.k_eff, n_k), dtype=x.dtype, order="C" if self.layout_b == "row" else "F")
+            x_full[:p.k, :p.n] = x
             x = x_full
         np_out = dtypes.numpy_dtype(p.element_out)
-        d = out if (out is not None and not self.pad_rows) else cupy.empty(
-            (self.m_pad if self.pad_rows else p.m, p.n), dtype=np_out)
+        rows = self.m_pad if self.pad_rows else p.m
+        d = cupy.empty((rows, n_k), dtype=np_out) if self.stage_out else out
         if not p.epilogue.reads_c:
             c_full = d
-        elif self.pad_rows:
-            c_full = cupy.zeros((self.m_pad, p.n), dtype=np_out)
-            c_full[:p.m] = c
+        elif self.stage_c:
+            c_full = cupy.zeros((rows, n_k), dtype=np_out)
+            c_full[:p.m, :p.n] = c
         else:
             c_full = c
         space = take_workspace(workspace, self.workspace_bytes)
         if split.parallel:
-            partials, ld_partials = space.data.ptr, partial_ld(p.n)
+            partials, ld_partials = space.data.ptr, partial_ld(n_k)
             block = gemm_block(self.gemm, sw, (x.data.ptr, partials, partials), (self.ldb, ld_partials, ld_partials),
                                (1.0, 0.0, 0.0), slice_stride=self.m_pad * ld_partials)
             self.gemm.kernel.launch(p.device_id, self.gemm.grid, block)
-            c_src, ld_src = (c, self.ldc) if p.epilogue.reads_c else (d, self.ldd)
-            self._reduce(partials, c_src.data.ptr, ld_src, d.data.ptr)
+            self._reduce(partials, c_full.data.ptr, self.ldc, d.data.ptr)
         else:
             semaphore = 0
             if split.serial:
@@ -299,10 +312,12 @@ class Sm80Plan:
             block = gemm_block(self.gemm, sw, (x.data.ptr, c_full.data.ptr, d.data.ptr),
                                (self.ldb, self.ldc, self.ldd), self._scalars(), semaphore_ptr=semaphore)
             self.gemm.kernel.launch(p.device_id, self.gemm.grid, block)
+        if d is out:
+            return out
+        y = d[:p.m, :p.n] if n_k != p.n else d[:p.m]
         if out is None:
-            return d[:p.m]
-        if d is not out:
-            out[...] = d[:p.m]
+            return y
+        out[...] = y
         return out
 
     def _reduce(self, partials_ptr: int, c_ptr: int, ldc: int, d_ptr: int) -> None:
@@ -310,8 +325,8 @@ class Sm80Plan:
         block = launch.block.copy()
         f = block[0]
         f["workspace"], f["source"], f["destination"] = partials_ptr, c_ptr, d_ptr
-        f["slice_stride"], f["ld_workspace"] = self.m_pad * partial_ld(p.n), partial_ld(p.n)
+        f["slice_stride"], f["ld_workspace"] = self.m_pad * partial_ld(self.n_k), partial_ld(self.n_k)
         f["ld_source"], f["ld_destination"] = ldc, self.ldd
-        f["m"], f["n"], f["slices"] = p.m, p.n, int(self.gemm.block[0]["grid_k"])   # slices the GEMM wrote
+        f["m"], f["n"], f["slices"] = p.m, self.n_k, int(self.gemm.block[0]["grid_k"])   # slices the GEMM wrote
         f["alpha"], f["beta"], f["activation_arg"] = self._scalars()
         launch.kernel.launch(p.device_id, launch.grid, block, threads=(32, ROWS_PER_BLOCK, 1))

@@ -2,8 +2,10 @@
 descriptors on the device, then the kernel runs on them).
 
 Launch rules (TMA): every operand's base address 16-byte aligned and its leading
-dimension a multiple of 16 bytes; K a multiple of 8. Problems outside them get a clear
-error that names family="sm80", whose kernels take any shape.
+dimension a multiple of 16 bytes; K a multiple of 16 (the sm90 layout's own rule). An
+operand that breaks them is staged through an aligned buffer with a padded leading
+dimension (x for a decode step is a few KB); D that the library allocates gets a padded
+leading dimension and is returned as an [M, N] view.
 
 Sm90Plan is made once per Problem (plan.plans caches it) and run with arrays.
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 from ..build import kernels
 from ..describe import catalog, dtypes, selection
-from ..describe.arith import cdiv
+from ..describe.arith import cdiv, round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP
@@ -97,20 +99,16 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     return config, Scheduling.split_k(splits)
 
 
-def check_tma(problem: Problem) -> None:
-    """TMA: 16-byte aligned bases and leading dimensions for x, out and c."""
-    p = problem
-    out_item = dtypes.numpy_dtype(p.element_out).itemsize
-    allocated = Operand("row", p.n, TMA_ALIGN)   # D the library allocates: ld N
-    for what, operand, item in (("x", p.x, dtypes.numpy_dtype(p.element).itemsize),
-                                ("out", p.out or allocated, out_item), ("c", p.c, out_item)):
-        if operand is None:
-            continue
-        if operand.align % TMA_ALIGN or (operand.ld * item) % TMA_ALIGN:
-            raise ValueError(
-                f"{what} (leading dimension {operand.ld}, address aligned to {operand.align} bytes) breaks the sm90 "
-                f"kernels' TMA rule: 16-byte aligned address and leading dimension a multiple of {16 // item} "
-                f"elements; pad it, or use family='sm80' (sw.to_layout('sm80')), which takes any shape")
+def tma_ready(operand: Operand | None, item: int) -> bool:
+    """Whether TMA can read or write an operand in place: 16-byte aligned address and
+    leading dimension."""
+    return operand is not None and operand.align % TMA_ALIGN == 0 and (operand.ld * item) % TMA_ALIGN == 0
+
+
+def staged(operand: Operand, extent: int, item: int) -> Operand:
+    """The operand as the library stages it: an aligned buffer, leading dimension padded
+    to 16 bytes (extent: the contiguous dimension's size)."""
+    return Operand(operand.layout, round_up(extent, TMA_ALIGN // item), TMA_ALIGN)
 
 
 # Per (kernel, device, sizes, strides): TMA descriptor templates and the grid. CuTe may
@@ -126,14 +124,23 @@ class Sm90Plan:
     family = FAMILY
 
     def __init__(self, problem: Problem, config: SparseGemmConfig | None = None, choice=None):
-        check_tma(problem)
         self.problem = p = problem
-        self.config, self.scheduling = resolve(problem, config, choice)
-        self.compiled = kernels.get(self.config, device.sm90_arch(p.device_id))
+        item, out_item = dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize
+        # What the kernel sees: each operand in place where TMA can take it, else staged.
+        self.stage_x = not tma_ready(p.x, item)
+        self.stage_out = not tma_ready(p.out, out_item)      # also: D the library allocates
+        self.stage_c = p.epilogue.reads_c and not tma_ready(p.c, out_item)
+        x = staged(p.x, p.n if p.layout_b == "row" else p.k, item) if self.stage_x else p.x
+        out = staged(Operand("row", p.n, TMA_ALIGN), p.n, out_item) if self.stage_out else p.out
+        c = staged(p.c, p.n, out_item) if self.stage_c else p.c
+        self.kernel_problem = dataclasses.replace(p, x=x, out=out, c=c)
+        self.config, self.scheduling = resolve(self.kernel_problem, config, choice)
+        self.compiled = kernels.get(self.config, device.sm90_target(p.arch, p.device_id))
         self.loaded = modules.load(self.compiled)
-        self.ldd = p.out.ld if p.out is not None else p.n
-        self.ldc = p.c.ld if p.epilogue.reads_c else self.ldd
-        self.direct = True
+        self.ldd = out.ld
+        self.ldc = c.ld if p.epilogue.reads_c else self.ldd
+        # cs.plan launches directly when nothing is staged and D is a plain [M, N] array.
+        self.direct = not (self.stage_x or self.stage_c or (p.out is not None and self.stage_out)) and self.ldd == p.n
         self._readies: OrderedDict[tuple, Ready] = OrderedDict()
         self._lock = threading.Lock()   # plans are shared between threads
 
@@ -160,11 +167,22 @@ class Sm90Plan:
         """Launch on the current stream; returns D as [M, N] (`out` when given)."""
         import cupy
 
-        p = self.problem
-        d = out if out is not None else cupy.empty((p.m, p.n), dtype=dtypes.numpy_dtype(p.element_out))
-        c_full = c if p.epilogue.reads_c else d
-        self.launch(self.ready(sw, (x.data.ptr, c_full.data.ptr, d.data.ptr), workspace))
-        return d
+        p, k = self.problem, self.kernel_problem
+        if self.stage_x:
+            x = stage(x, k.x.ld, p.layout_b)
+        d = out if not self.stage_out else cupy.empty((p.m, self.ldd), dtype=dtypes.numpy_dtype(p.element_out))
+        if not p.epilogue.reads_c:
+            c = d
+        elif self.stage_c:
+            c = stage(c, self.ldc, "row")
+        self.launch(self.ready(sw, (x.data.ptr, c.data.ptr, d.data.ptr), workspace))
+        if d is out:
+            return out
+        y = d[:, :p.n] if self.ldd != p.n else d
+        if out is None:
+            return y
+        out[...] = y
+        return out
 
     def ready(self, sw, pointers: tuple[int, int, int], workspace=None) -> Ready:
         """The built launch for sw and (b, c, d) pointers: kept, else built now (one setup launch)."""
@@ -198,7 +216,7 @@ class Sm90Plan:
         block = SETUP.new_block()
         f = block[0]
         f["a"], f["e"], f["b"], f["c"], f["d"] = pointers
-        f["ldb"], f["ldc"], f["ldd"] = p.x.ld, self.ldc, self.ldd
+        f["ldb"], f["ldc"], f["ldd"] = self.kernel_problem.x.ld, self.ldc, self.ldd
         f["m"], f["n"], f["k"] = p.m, p.n, p.k
         f["sm_count"] = p.sm_count
         f["swizzle"], f["raster"] = self.config.swizzle, RASTER
@@ -208,7 +226,8 @@ class Sm90Plan:
 
     def _prepared(self, pointers) -> Prepared:
         p = self.problem
-        shape_key = (self.compiled.key, p.device_id, p.m, p.n, p.k, p.x.ld, self.ldc, self.ldd, self.scheduling,
+        shape_key = (self.compiled.key, p.device_id, p.m, p.n, p.k, self.kernel_problem.x.ld, self.ldc, self.ldd,
+                     self.scheduling,
                      self.config.swizzle)   # swizzle: the grid
         prepared = _prepared.get(shape_key)
         if prepared is None:
@@ -265,3 +284,17 @@ class Sm90Plan:
         self.loaded.launch(self.problem.device_id, (1, 1, 1), block, symbol=f"{self.compiled.symbol}_setup",
                            threads=1, shared_bytes=0)
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
+
+
+def stage(array, ld: int, layout: str):
+    """A copy of a 2-D array in a fresh buffer with leading dimension `ld` (elements), as a
+    view of the array's shape: row-major [R, C] in [R, ld], column-major in [C, ld].T."""
+    import cupy
+
+    rows, cols = array.shape
+    if layout == "row":
+        view = cupy.empty((rows, ld), dtype=array.dtype)[:, :cols]
+    else:
+        view = cupy.empty((cols, ld), dtype=array.dtype)[:, :rows].T
+    view[...] = array
+    return view

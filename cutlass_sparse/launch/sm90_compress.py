@@ -18,7 +18,7 @@ def compress(dense, element: str):
         raise ValueError(f"dense has K = {k}: the sm90 layout needs K a multiple of 16 "
                          f"(pad K, or use layout='sm80', which takes any K)")
     device_id = dense.device.id
-    compiled = kernels.get(CompressorConfig(element), device.sm90_arch(device_id))
+    compiled = kernels.get(CompressorConfig(element), device.sm90_target(device.facts(device_id)[0], device_id))
     c = compiled.constants
     # The compressor works in whole atoms (max_align_m rows by max_align_k columns); the
     # buffers are sized to whole atoms so that none of its writes can leave them.

@@ -1,0 +1,39 @@
+"""Every valid problem runs on the default path: a random sweep (tests/any_shape_cases.py)
+of N from 1 to 4096, both x layouts, padded leading dimensions, offset views and user out
+views, both dtypes and both families, each result checked against dense. Marked gpu."""
+import sys
+from pathlib import Path
+
+import pytest
+
+import cutlass_sparse as cs
+from cutlass_sparse import reference
+from cutlass_sparse.describe import dtypes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import any_shape_cases  # noqa: E402
+from test_gpu_matmul import TOLERANCE  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+CASES = any_shape_cases.cases("sm80") + any_shape_cases.cases("sm90")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_valid_problem_runs_and_matches_dense(case):
+    import cupy
+
+    if case.family == "sm90" and cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    rng = cupy.random.default_rng(hash(case.id) % 2**31)
+    np_dtype = dtypes.numpy_dtype(case.dtype)
+    w = cs.prune_2to4(dtypes.from_float32(rng.standard_normal((case.m, case.k), dtype=cupy.float32), np_dtype))
+    x_plain = dtypes.from_float32(rng.standard_normal((case.k, case.n), dtype=cupy.float32), np_dtype)
+    x = any_shape_cases.stored(x_plain, case.x_store, case.layout)
+    sw = cs.compress(w, layout=case.family)
+    out = any_shape_cases.out_array(case, np_dtype)
+    y = cs.matmul(sw, x, out=out)
+    if out is not None:
+        assert y is out
+    assert y.shape == (case.m, case.n) and y.dtype == np_dtype
+    err = reference.relative_error(y, reference.to_float32(w) @ reference.to_float32(x_plain))
+    assert err <= TOLERANCE[case.dtype], f"relative error {err:.3e}"
