@@ -9,7 +9,7 @@ import numpy as np
 from ..describe import dtypes
 from ..formats import sm80_layout
 from ..formats.matrices import Codec, SparseBatch, SparseMatrix, register_codec
-from ..formats.patterns import LAYOUT_SM80, LAYOUT_SM90, LAYOUTS, _check_matrix
+from ..formats.patterns import LAYOUT_SM80, LAYOUT_SM90, LAYOUTS, _check_matrix, check_fits, is_broadcast_batch
 from ..launch import sm90_compress
 from .matmul import matmul
 
@@ -31,17 +31,21 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     CUTLASS's batched mode). fp16/bf16/int8 must be 2:4 along K; float32 (run as tf32)
     1:2. layout: "sm80" (numpy or cupy; any shape; every type) or "sm90" (fp16/bf16
     cupy on an sm_90 GPU, K a multiple of 16). Default: "sm90" where that applies, else
-    "sm80". Raises ValueError naming the first row and group with too many non-zeros.
+    "sm80". Raises ValueError naming the first row and group with too many non-zeros,
+    TypeError/ValueError for an input it cannot take (a batch broadcast from one matrix
+    among them: compress that matrix), and TooLarge (a ValueError) before allocating when
+    the work cannot fit in the memory available.
     """
-    if getattr(dense, "ndim", None) == 3:
-        return _compress_batch(dense, layout)
-    xp, element = _check_matrix(dense, "dense")
+    xp, element = _check_matrix(dense, "dense", batch=True)
+    if dense.ndim == 3:
+        return _compress_batch(dense, layout, element)
     layout = layout or default_layout(dense)
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} must be one of {LAYOUTS}")
     m, k = dense.shape
     if m == 0 or k == 0:
         raise ValueError(f"dense must be non-empty, got shape {(m, k)}")
+    check_fits(dense, sm80_layout.work_bytes(m, k, element), "dense", "compress")
     if layout == LAYOUT_SM90:
         if element not in dtypes.INPUT_NAMES:
             raise TypeError(f"layout 'sm90' takes fp16/bf16; an {element} matrix compresses for layout='sm80'")
@@ -54,20 +58,31 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout)
 
 
-def _compress_batch(dense, layout):
+def _compress_batch(dense, layout, element):
     xp = dtypes.array_module(dense)
     if layout not in (None, LAYOUT_SM80):
         raise ValueError(f"a batch of matrices compresses for layout 'sm80' (CUTLASS 2.x batched mode), not {layout!r}")
-    if dense.shape[0] == 0:
-        raise ValueError("dense has a batch of 0 matrices")
-    parts = []
-    for i in range(dense.shape[0]):
+    batch, m, k = dense.shape
+    if batch == 0 or m == 0 or k == 0:
+        raise ValueError(f"dense must be a non-empty [batch, M, K] batch, got shape {tuple(dense.shape)}")
+    if is_broadcast_batch(dense):
+        # A SparseBatch of broadcast views would mislead the batched kernel (its batch
+        # strides are the matrices' sizes), and stacking copies would fill memory.
+        raise ValueError(f"dense of shape {tuple(dense.shape)} is one [M, K] matrix broadcast to a batch of "
+                         f"{batch} (batch stride 0): compress that matrix once, sw = cs.compress(dense[0]), and "
+                         f"pass the 3-D x to cs.matmul(sw, x), which shares one weight across the batch")
+    check_fits(dense, sm80_layout.work_bytes(m, k, element, batch), "dense", "compress")
+    values = metadata = None
+    for i in range(batch):
         try:
-            parts.append(compress(dense[i], LAYOUT_SM80))
+            part = compress(dense[i], LAYOUT_SM80)
         except ValueError as exc:
             raise ValueError(f"matrix {i} of the batch: {exc}") from None
-    return SparseBatch(parts[0].shape, parts[0].dtype, xp.stack([p.values for p in parts]),
-                       xp.stack([p.metadata for p in parts]), LAYOUT_SM80)
+        if values is None:   # filled in place: no list of parts and a stacked copy of it
+            values = xp.empty((batch,) + part.values.shape, dtype=part.values.dtype)
+            metadata = xp.empty((batch,) + part.metadata.shape, dtype=part.metadata.dtype)
+        values[i], metadata[i] = part.values, part.metadata
+    return SparseBatch((m, k), np.dtype(dense.dtype), values, metadata, LAYOUT_SM80)
 
 
 def _sm90_to_dense(matrix: SparseMatrix):

@@ -40,6 +40,25 @@ def codec(layout: str) -> Codec:
         raise ValueError(f"no codec for layout {layout!r}: import cutlass_sparse first") from None
 
 
+def _cupy_with_gpu(what: str):
+    """cupy, where it imports and sees at least one CUDA GPU; else a RuntimeError that says
+    which of the two is missing (not an error from deep inside CuPy)."""
+    try:
+        import cupy
+    except ImportError as exc:
+        raise RuntimeError(f"no CUDA GPU is visible: {what} needs CuPy, which cannot be imported ({exc}); "
+                           f"install the cupy-cuda12x package on a machine with a GPU, or keep the matrix "
+                           f"on the host") from None
+    try:
+        count, reason = cupy.cuda.runtime.getDeviceCount(), "CUDA reports 0 devices"
+    except Exception as exc:   # CUDARuntimeError: no driver, an old driver, no device
+        count, reason = 0, f"CUDA says: {exc}"
+    if count == 0:
+        raise RuntimeError(f"no CUDA GPU is visible: {what} needs one ({reason}); check the driver and "
+                           f"CUDA_VISIBLE_DEVICES, or keep the matrix on the host")
+    return cupy
+
+
 @dataclass
 class SparseMatrix:
     """A structured-sparse [M, K] matrix (2:4; 1:2 for tf32), compressed for one kernel family's
@@ -76,12 +95,16 @@ class SparseMatrix:
         return dtypes.operand_name(self.dtype)
 
     def to_device(self) -> "SparseMatrix":
-        import cupy
-
+        """This matrix on the current CUDA device (itself if it is there already). Raises
+        RuntimeError, before copying anything, where no GPU is visible or CuPy is missing."""
+        if self.is_device:
+            return self
+        cupy = _cupy_with_gpu("SparseMatrix.to_device()")
         return SparseMatrix(self.shape, self.dtype, cupy.asarray(self.values),
                             cupy.asarray(self.metadata), self.layout)
 
     def to_host(self) -> "SparseMatrix":
+        """This matrix as NumPy arrays (itself if it is there already)."""
         if not self.is_device:
             return self
         return SparseMatrix(self.shape, self.dtype, self.values.get(), self.metadata.get(), self.layout)

@@ -4,6 +4,7 @@ serves NumPy and CuPy: written against the array module of its input (elementwis
 integer logic and gathers only, no sorts), so the two agree bit for bit."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,17 +50,69 @@ PATTERNS = {"f16": Pattern(4, 2, np.uint16), "bf16": Pattern(4, 2, np.uint16),
 _SIGNLESS = {1: 0xFF, 2: 0x7FFF, 4: 0x7FFFFFFF}
 
 
-def _check_matrix(dense, what: str):
+class TooLarge(ValueError, MemoryError):
+    """An input whose work cannot fit in the memory available, refused before allocating
+    (a ValueError, and a MemoryError for code that catches that)."""
+
+
+def _check_matrix(dense, what: str, batch: bool = False):
+    """(array module, operand name) of a [M, K] (or, with batch, [batch, M, K]) operand,
+    or a TypeError/ValueError naming `what` and the rule it breaks."""
     xp = dtypes.array_module(dense)
-    if xp is np and not isinstance(dense, np.ndarray):
+    if xp is np and (not isinstance(dense, np.ndarray) or isinstance(dense, np.ma.MaskedArray)):
         raise TypeError(f"{what} must be a numpy or cupy array, got {type(dense).__name__}")
-    if dense.ndim != 2:
-        raise ValueError(f"{what} must be 2-D [M, K], got shape {tuple(dense.shape)}")
+    if dense.ndim != 2 and not (batch and dense.ndim == 3):
+        want = "2-D [M, K] or 3-D [batch, M, K]" if batch else "2-D [M, K]"
+        raise ValueError(f"{what} must be {want}, got shape {tuple(dense.shape)}")
     name = dtypes.operand_name(dense.dtype)
     if name not in dtypes.SM80_INPUT_NAMES:
-        raise TypeError(f"{what} must be float16, bfloat16 (ml_dtypes.bfloat16), int8 or float32 (tf32), "
-                        f"got {dense.dtype}")
+        raise TypeError(f"{what} must be float16, bfloat16 (ml_dtypes.bfloat16), int8 or float32 (tf32) "
+                        f"in native byte order, got {dense.dtype}")
     return xp, name
+
+
+def is_broadcast_batch(dense) -> bool:
+    """A 3-D array whose matrices are all one matrix (batch stride 0, as np.broadcast_to makes)."""
+    return dense.ndim == 3 and dense.shape[0] > 1 and dense.strides[0] == 0
+
+
+def available_bytes(dense) -> int | None:
+    """Memory free for work on dense's side: the GPU's free memory plus CuPy's pooled free
+    blocks for a cupy array; the host's MemAvailable (else free pages) for a numpy one.
+    None when the platform does not say."""
+    if dtypes.array_module(dense) is not np:
+        import cupy
+
+        with cupy.cuda.Device(dense.device.id):
+            free, _ = cupy.cuda.runtime.memGetInfo()
+        return free + cupy.get_default_memory_pool().free_bytes()
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(dense, need: int, what: str, doing: str) -> None:
+    """Refuse (TooLarge) work that needs more than the memory available, before allocating.
+    Small work (under 64 MiB) is not checked: it always fits, and asking costs time."""
+    if need < 2**26:
+        return
+    have = available_bytes(dense)
+    if have is not None and need > have:
+        side = "host" if dtypes.array_module(dense) is np else f"GPU {dense.device.id}"
+        raise TooLarge(f"{what} of shape {tuple(dense.shape)} ({dense.dtype}) is too large: {doing} needs "
+                       f"about {_gib(need)} and {_gib(have)} of {side} memory is available")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**20 else f"{n} bytes"
 
 
 def _bits(array):
@@ -69,18 +122,21 @@ def _bits(array):
     return array.view({1: xp.uint8, 2: xp.uint16, 4: xp.uint32}[array.dtype.itemsize])
 
 
-def _magnitude(xp, bits, dtype_name: str):
-    """|x| as float32 from the bit patterns (exact for every operand type)."""
-    if dtype_name == "bf16":
-        return ((bits & 0x7FFF).astype(xp.uint32) << 16).view(xp.float32)
+# The largest bit pattern that is not NaN: inf (the exponent all ones, mantissa zero).
+_INF = {"f16": 0x7C00, "bf16": 0x7F80, "tf32": 0x7F800000}
+
+
+def _order_key(xp, bits, dtype_name: str):
+    """An unsigned key per value that orders |x| exactly, from the bit patterns (integer
+    logic only, so NumPy and CuPy agree bit for bit): the sign-free bits of an IEEE float
+    grow with its magnitude; -0.0 is 0; inf is above every finite value; every NaN is one
+    key above inf (payloads do not matter, so NaNs tie). int8: |x|, 128 for -128."""
     if dtype_name == "s8":
-        return xp.abs(bits.view(xp.int8).astype(xp.float32))
-    if dtype_name == "tf32":
-        return (bits & 0x7FFFFFFF).view(xp.float32)
-    return (bits & 0x7FFF).view(xp.float16).astype(xp.float32)
+        return xp.abs(bits.view(xp.int8).astype(xp.int16)).view(xp.uint16)
+    return xp.minimum(bits & _SIGNLESS[bits.dtype.itemsize], bits.dtype.type(_INF[dtype_name] + 1))
 
 
 def _nonzero(xp, bits):
-    """1 where a value is non-zero (-0.0 counts as zero)."""
-    return ((bits & _SIGNLESS[bits.dtype.itemsize]) != 0).astype(xp.int32)
+    """1 where a value is non-zero (-0.0 counts as zero), as int8 (a group's count fits)."""
+    return ((bits & _SIGNLESS[bits.dtype.itemsize]) != 0).astype(xp.int8)
 

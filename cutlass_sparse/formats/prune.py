@@ -2,31 +2,66 @@
 from __future__ import annotations
 
 from ..describe.arith import round_up
-from .patterns import PATTERNS, _bits, _check_matrix, _magnitude
+from .patterns import PATTERNS, _bits, _check_matrix, _order_key, check_fits, is_broadcast_batch
+
+# Peak bytes per element of the padded matrix, beyond the input: a contiguous copy, the
+# padded bits, the order keys (2 or 4 bytes), the int8 ranks and one comparison's booleans,
+# the kept bits and the result (measured with tracemalloc in tests/test_bad_inputs.py).
+_WORK_ITEMS, _WORK_FIXED = 4, 3
+
+
+def work_bytes(shape, itemsize: int, group: int = 4) -> int:
+    """About the most memory prune_2to4 holds at once for a [..., M, K] input."""
+    *_, k = shape
+    rows = 1
+    for n in shape[:-1]:
+        rows *= n
+    elements = rows * round_up(k, group)
+    return elements * (_WORK_ITEMS * itemsize + _WORK_FIXED)
 
 
 def prune_2to4(dense):
-    """Keep the largest magnitudes the sparse tensor cores allow, along K (ties: lower index
-    wins): two of each group of four (fp16, bf16, int8), one of each pair for float32
-    (tf32 runs 1:2, which is also 2:4).
+    """Keep the largest magnitudes the sparse tensor cores allow, along K: two of each group
+    of four (fp16, bf16, int8), one of each pair for float32 (tf32 runs 1:2, which is also
+    2:4). Every group keeps exactly that many positions (a kept position may hold a zero).
 
-    numpy or cupy [M, K] in, the same type out. K need not be a multiple of the group.
+    Order: by |x|; inf is larger than every finite value; NaN (any sign or payload) counts
+    as larger than inf, so a NaN is always kept and shows up in the product instead of
+    being silently pruned away. Ties (equal magnitudes, two NaNs) go to the lower index.
+
+    numpy or cupy [M, K] or [batch, M, K] in, the same type out; K need not be a multiple
+    of the group; an empty matrix gives an empty copy. A batch broadcast from one matrix
+    (batch stride 0, np.broadcast_to) is pruned once and broadcast the same way (a
+    read-only view). Raises TypeError/ValueError for other inputs, TooLarge (a ValueError)
+    before allocating when the work cannot fit in the memory available.
     """
-    if getattr(dense, "ndim", None) == 3:   # a batch: the same rule for every matrix
-        return prune_2to4(dense.reshape(-1, dense.shape[-1])).reshape(dense.shape)
-    xp, name = _check_matrix(dense, "dense")
+    xp, name = _check_matrix(dense, "dense", batch=True)
+    if is_broadcast_batch(dense):
+        return xp.broadcast_to(prune_2to4(dense[0]), dense.shape)
+    pattern = PATTERNS[name]
+    check_fits(dense, work_bytes(dense.shape, dense.dtype.itemsize, pattern.group), "dense", "prune_2to4")
+    if dense.ndim == 3:   # a batch: the same rule for every matrix
+        return _prune(xp, name, xp.ascontiguousarray(dense).reshape(-1, dense.shape[-1])).reshape(dense.shape)
+    return _prune(xp, name, dense)
+
+
+def _prune(xp, name: str, dense):
     pattern = PATTERNS[name]
     m, k = dense.shape
-    kg = round_up(k, pattern.group)
+    g = pattern.group
+    kg = round_up(k, g)
     source = _bits(xp.ascontiguousarray(dense))
     padded = xp.zeros((m, kg), dtype=source.dtype)
     padded[:, :k] = source
-    groups = padded.reshape(m, kg // pattern.group, pattern.group)
-    mag = _magnitude(xp, groups, name)
-    a = mag[..., :, None]   # element i
-    b = mag[..., None, :]   # element j
-    index = xp.arange(pattern.group)
-    beats = (b > a) | ((b == a) & (index[None, :] < index[:, None]))
-    rank = beats.sum(axis=-1)
+    del source
+    groups = padded.reshape(m, kg // g, g)
+    key = _order_key(xp, groups, name)
+    # rank[i] = how many values of the group beat value i: larger keys, and equal keys at a
+    # lower index. One lane at a time: int8 counts and one comparison in memory at once.
+    rank = xp.zeros(groups.shape, dtype=xp.int8)
+    for j in range(g):
+        rank += key[..., j:j + 1] > key
+        rank[..., j + 1:] += key[..., j:j + 1] == key[..., j + 1:]
+    del key
     kept = xp.where(rank < pattern.keep, groups, groups.dtype.type(0))
     return kept.reshape(m, kg)[:, :k].copy().view(dense.dtype)

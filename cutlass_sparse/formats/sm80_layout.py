@@ -29,6 +29,25 @@ def padded_shape(m: int, k: int) -> tuple[int, int]:
     return round_up(m, ROW_GROUP), round_up(k, K_MULTIPLE)
 
 
+def stored_bytes(m: int, k: int, element: str) -> int:
+    """Bytes of one compressed [M, K] matrix: values and metadata."""
+    pattern = PATTERNS[element]
+    m_pad, k_pad = padded_shape(m, k)
+    itemsize = 1 if element == "s8" else 4 if element == "tf32" else 2
+    return m_pad * k_pad // pattern.group * pattern.keep * itemsize + \
+        m_pad * k_pad // pattern.logical_per_word * np.dtype(pattern.word).itemsize
+
+
+def work_bytes(m: int, k: int, element: str, batch: int = 1) -> int:
+    """About the most memory encode holds at once beyond its input (a batch: the stacked
+    results and one matrix's work). Per padded element: 6 bytes per input byte (copies of
+    the bits, the kept values) and 10 for the indices, counts and metadata words (checked
+    against tracemalloc's peak in tests/test_bad_inputs.py)."""
+    m_pad, k_pad = padded_shape(m, k)
+    itemsize = 1 if element == "s8" else 4 if element == "tf32" else 2
+    return m_pad * k_pad * (6 * itemsize + 10) + batch * stored_bytes(m, k, element)
+
+
 def grouped(dense, element: str):
     """dense's bit patterns zero-padded to [M_pad, K_pad], seen as [M_pad, groups, group],
     after checking that no group holds more non-zeros than the pattern keeps."""
@@ -42,7 +61,7 @@ def grouped(dense, element: str):
     g = pattern.group
     groups = padded.reshape(m_pad, k_pad // g, g)
     nonzero = _nonzero(xp, groups)
-    counts = nonzero.sum(axis=-1)
+    counts = nonzero.sum(axis=-1, dtype=xp.int8)
     if bool((counts > pattern.keep).any()):
         row, group = (int(v) for v in xp.argwhere(counts > pattern.keep)[0])
         raise ValueError(
@@ -79,8 +98,8 @@ def encode(dense, element: str):
     m_pad, n_groups, _ = groups.shape
     k_pad = n_groups * pattern.group
     # Indices of the first and second non-zero (-1 if absent), without sorting.
-    seen = xp.cumsum(nonzero, axis=-1)
-    first = xp.where(counts > 0, ((seen == 1) & (nonzero == 1)).astype(xp.int32).argmax(axis=-1), -1)
+    seen = xp.cumsum(nonzero, axis=-1, dtype=xp.int8)
+    first = xp.where(counts > 0, ((seen == 1) & (nonzero == 1)).astype(xp.int8).argmax(axis=-1), -1)
     if pattern.keep == 1:
         # 1:2: the kept value (or the first of an empty pair); its nibble names the two
         # 16-bit halves it occupies: (0, 1) or (2, 3).
@@ -88,7 +107,7 @@ def encode(dense, element: str):
         values = xp.take_along_axis(groups, kept[..., None], axis=-1)[..., 0]
         idx0, idx1 = 2 * kept, 2 * kept + 1
     else:
-        second = xp.where(counts > 1, ((seen == 2) & (nonzero == 1)).astype(xp.int32).argmax(axis=-1), -1)
+        second = xp.where(counts > 1, ((seen == 2) & (nonzero == 1)).astype(xp.int8).argmax(axis=-1), -1)
         # Fewer than two non-zeros: complete to a valid ascending pair that covers them.
         # (p) -> (0, 1) for p < 2, (0, p) otherwise; nothing -> (0, 1).
         idx0 = xp.where(counts == 2, first, 0).astype(xp.int32)
