@@ -8,7 +8,7 @@ The package follows the data: describe (Problem, configurations, catalogs, selec
 -> formats (2:4 layouts) -> emit (C++) -> build (NVRTC, cache) -> launch (family plans)
 -> plan (Problem -> plan) -> profiler -> api (the calls below). docs/FLOW.md maps it.
 """
-from .api.compress import compress
+from .api.compress import compress, prune_2to4
 from .api.matmul import linear, matmul, tune, workspace_size
 from .api.plan import Plan, plan
 from .build.compiler import CompileError
@@ -18,7 +18,6 @@ from .describe.description import SparseGemmConfig
 from .describe.dtypes import bfloat16
 from .env import PACKAGE_VERSION as __version__
 from .formats.matrices import SparseBatch, SparseMatrix
-from .formats.prune import prune_2to4
 
 
 def emit_source(config: SparseGemmConfig | str) -> str:

@@ -183,8 +183,9 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
         for m, n, k in ((128, 64, 128), (4096, 4096, 4096)):
             (sm80_items if family == "sm80" else sm90_items).append(
                 selection_config(m, n, k, "f16", family, sm_count))
-    swept = planned_configs(any_shape_cases.problem_of(case, sm_count)
-                            for family in ("sm80", "sm90") for case in any_shape_cases.cases(family))
+    swept = planned_configs([any_shape_cases.problem_of(case, sm_count)
+                             for family in ("sm80", "sm90") for case in any_shape_cases.cases(family)]
+                            + eager_problems(script("bench_eager.py"), sm_count))
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
 
@@ -222,3 +223,22 @@ if __name__ == "__main__":
     for name, _, status, seconds in results:
         print(f"{status:10s} {seconds:6.1f} s  {name}")
     sys.exit(any(status.startswith("failed") for _, _, status, _ in results))
+
+
+def eager_problems(bench, sm_count: int = 132):
+    """The sm90 problems scripts/bench_eager.py runs (cs.linear reads x.T column-major; a
+    down-projection reads the up-projection's [hidden, tokens] result row-major)."""
+    from cutlass_sparse.describe.problem import Problem
+
+    def problem(m, n, k, layout, activation="identity"):
+        return Problem.contiguous("sm90", m, n, k, layout_b=layout, activation=activation, sm_count=sm_count)
+
+    m, n, k = bench.HOST_SHAPE
+    found = [problem(m, n, k, "row"), problem(m, n, k, "col")]
+    for width, hidden in bench.MLP_SHAPES:
+        for tokens in bench.TOKENS + bench.DECODE_TOKENS:
+            found += [problem(hidden, tokens, width, "col", bench.ACTIVATION), problem(width, tokens, hidden, "row")]
+    for m, n, k in bench.ODD_PAIRS:
+        found += [problem(m, n, k, "row"), problem(m, n + 1, k, "row")]
+    found += [problem(4096, n, 4096, "col") for n in bench.NEW_N]
+    return found

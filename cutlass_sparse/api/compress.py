@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..describe import dtypes
-from ..formats import sm80_layout
+from ..formats import prune, sm80_layout
 from ..formats.matrices import Codec, SparseBatch, SparseMatrix, register_codec
 from ..formats.patterns import LAYOUT_SM80, LAYOUT_SM90, LAYOUTS, _check_matrix, check_fits, is_broadcast_batch
 from ..launch import sm90_compress
+from .interop import torch_io
 from .matmul import matmul
 
 
@@ -24,6 +25,7 @@ def default_layout(dense) -> str:
     return LAYOUT_SM90 if dense.device.compute_capability == "90" else LAYOUT_SM80
 
 
+@torch_io
 def compress(dense, layout: str | None = None) -> SparseMatrix:
     """Compress a structured-sparse [M, K] matrix for one kernel family's layout.
 
@@ -92,6 +94,9 @@ def _sm90_to_dense(matrix: SparseMatrix):
 
     eye = dtypes.from_float32(cupy.eye(matrix.shape[1], dtype=cupy.float32), matrix.dtype)
     return dtypes.from_float32(matmul(matrix, eye, out_dtype="f32"), matrix.dtype)
+
+
+prune_2to4 = torch_io(prune.prune_2to4)   # torch in, torch out; NumPy and CuPy as they are
 
 
 register_codec(LAYOUT_SM80, Codec(compress, lambda matrix: matrix.to_dense()))

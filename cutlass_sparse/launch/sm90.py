@@ -188,11 +188,9 @@ class Sm90Plan:
         """The built launch for sw and (b, c, d) pointers: kept, else built now (one setup launch)."""
         key = (sw.values.data.ptr, sw.metadata.data.ptr, *pointers,
                0 if workspace is None else workspace.data.ptr)
-        with self._lock:
-            ready = self._readies.get(key)
-            if ready is not None:
-                self._readies.move_to_end(key)
-                return ready
+        ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
+        if ready is not None:
+            return ready
         ready = self._build(key[:5], workspace)
         with self._lock:
             self._readies[key] = ready
@@ -202,10 +200,10 @@ class Sm90Plan:
 
     def launch(self, ready: Ready) -> None:
         """The GEMM on the current stream (after zeroing its stream-K barriers, if any)."""
-        import cupy
-
         offset, nbytes = ready.barrier
         if nbytes:
+            import cupy
+
             # The reduction's turnstiles count up during a launch; each launch starts from zero.
             cupy.cuda.runtime.memsetAsync(ready.workspace.data.ptr + offset, 0, nbytes,
                                           cupy.cuda.get_current_stream().ptr)

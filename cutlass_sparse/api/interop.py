@@ -1,0 +1,91 @@
+"""torch in, torch out. A call that gets a torch tensor anywhere runs on CuPy views of
+the tensors (DLPack, no copy), on torch's current stream for that device, and returns
+torch tensors (the caller's own `out` where one was given). torch is imported only when
+a torch tensor is passed; torch.float16 / torch.bfloat16 / torch.float32 / torch.int8
+map to f16 / bf16 / f32 (tf32) / s8.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+
+from ..describe.dtypes import bfloat16
+
+
+def is_torch(obj) -> bool:
+    return type(obj).__module__.startswith("torch")
+
+
+def to_array(tensor):
+    """A CuPy (CUDA tensor) or NumPy (CPU tensor) view of a torch tensor, no copy."""
+    import torch
+
+    bf16 = tensor.dtype == torch.bfloat16
+    if bf16:   # neither CuPy nor NumPy speaks bfloat16 over DLPack: cross as int16 bits
+        tensor = tensor.view(torch.int16)
+    if tensor.is_cuda:
+        import cupy
+
+        array = cupy.from_dlpack(tensor)
+    else:
+        array = tensor.detach().numpy()
+    return array.view(bfloat16) if bf16 else array
+
+
+def to_tensor(array):
+    """A torch view of a CuPy or NumPy array, no copy."""
+    import torch
+
+    if array.dtype == bfloat16:
+        return torch.from_dlpack(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_dlpack(array)
+
+
+_streams: dict[tuple[int, int], object] = {}
+_streams_lock = threading.Lock()
+
+
+def _torch_stream(device_index: int):
+    """CuPy's handle on torch's current stream of a device (kept per stream)."""
+    import cupy
+    import torch
+
+    ptr = torch.cuda.current_stream(device_index).cuda_stream
+    stream = _streams.get((ptr, device_index))
+    if stream is None:
+        with _streams_lock:
+            stream = _streams[(ptr, device_index)] = cupy.cuda.ExternalStream(ptr, device_index)
+    return stream
+
+
+def torch_io(fn):
+    """Let `fn` take torch tensors (positional or keyword) and give torch tensors back."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not any(map(is_torch, args)) and not any(map(is_torch, kwargs.values())):
+            return fn(*args, **kwargs)
+        return _call_with_torch(fn, args, kwargs)
+    return wrapper
+
+
+def _call_with_torch(fn, args, kwargs):
+    tensors = [a for a in (*args, *kwargs.values()) if is_torch(a)]
+    cuda = next((t for t in tensors if t.is_cuda), None)
+    converted = {id(t): to_array(t) for t in tensors}
+    args = tuple(converted.get(id(a), a) if is_torch(a) else a for a in args)
+    kwargs = {k: converted.get(id(v), v) if is_torch(v) else v for k, v in kwargs.items()}
+    if cuda is None:
+        result = fn(*args, **kwargs)
+    else:
+        import cupy
+
+        with cupy.cuda.Device(cuda.device.index), _torch_stream(cuda.device.index):
+            result = fn(*args, **kwargs)
+    for tensor in tensors:   # the caller's own tensor (out=), not a new view of it
+        if converted[id(tensor)] is result:
+            return tensor
+    if isinstance(result, np.ndarray) or type(result).__module__.startswith("cupy"):
+        return to_tensor(result)
+    return result
