@@ -82,7 +82,8 @@ def host_rows(torch, cs, cupy):
     tokens = torch.randn(n, k, device="cuda").half()
     planned = cs.plan(sw, x)
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    wc, xc = cupy.asarray(w), cupy.asarray(x)
+    wc, xc, outc = cupy.asarray(w), cupy.asarray(x), cupy.asarray(out)
+    planned_c = cs.plan(sw, xc)
     checks = {"cs.matmul": cs.matmul(sw, x), "cs.plan": planned(x), "cs.linear": cs.linear(tokens, sw).T}
     ref = w.float() @ x.float()
     errors = {name: relative_error(y, ref if name != "cs.linear" else w.float() @ tokens.float().T)
@@ -96,6 +97,9 @@ def host_rows(torch, cs, cupy):
         "torch.mm(w, x)": host_us(torch, lambda: torch.mm(w, x)),
         "torch.mm(w, x, out=y)": host_us(torch, lambda: torch.mm(w, x, out=out)),
         "cupy.matmul(w, x)": host_us(torch, lambda: cupy.matmul(wc, xc)),
+        "cs.matmul(sw, x) [cupy x]": host_us(torch, lambda: cs.matmul(sw, xc)),
+        "cs.matmul(sw, x, out=y) [cupy]": host_us(torch, lambda: cs.matmul(sw, xc, out=outc)),
+        "plan(x, out=y) [cupy]": host_us(torch, lambda: planned_c(xc, out=outc)),
     }
     return rows, errors
 

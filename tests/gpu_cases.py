@@ -196,6 +196,25 @@ def selection_config(m, n, k, dtype, family, sm_count):
     return selection.config_for_shape(m, n, k, dtype, dtype, "row", sm_count, family)
 
 
+def eager_problems(bench, sm_count: int = 132):
+    """The sm90 problems scripts/bench_eager.py runs (cs.linear reads x.T column-major; a
+    down-projection reads the up-projection's [hidden, tokens] result row-major)."""
+    from cutlass_sparse.describe.problem import Problem
+
+    def problem(m, n, k, layout, activation="identity"):
+        return Problem.contiguous("sm90", m, n, k, layout_b=layout, activation=activation, sm_count=sm_count)
+
+    m, n, k = bench.HOST_SHAPE
+    found = [problem(m, n, k, "row"), problem(m, n, k, "col")]
+    for width, hidden in bench.MLP_SHAPES:
+        for tokens in bench.TOKENS + bench.DECODE_TOKENS:
+            found += [problem(hidden, tokens, width, "col", bench.ACTIVATION), problem(width, tokens, hidden, "row")]
+    for m, n, k in bench.ODD_PAIRS:
+        found += [problem(m, n, k, "row"), problem(m, n + 1, k, "row")]
+    found += [problem(4096, n, 4096, "col") for n in bench.NEW_N]
+    return found
+
+
 if __name__ == "__main__":
     from cutlass_sparse.build import warmup
 
@@ -224,21 +243,3 @@ if __name__ == "__main__":
         print(f"{status:10s} {seconds:6.1f} s  {name}")
     sys.exit(any(status.startswith("failed") for _, _, status, _ in results))
 
-
-def eager_problems(bench, sm_count: int = 132):
-    """The sm90 problems scripts/bench_eager.py runs (cs.linear reads x.T column-major; a
-    down-projection reads the up-projection's [hidden, tokens] result row-major)."""
-    from cutlass_sparse.describe.problem import Problem
-
-    def problem(m, n, k, layout, activation="identity"):
-        return Problem.contiguous("sm90", m, n, k, layout_b=layout, activation=activation, sm_count=sm_count)
-
-    m, n, k = bench.HOST_SHAPE
-    found = [problem(m, n, k, "row"), problem(m, n, k, "col")]
-    for width, hidden in bench.MLP_SHAPES:
-        for tokens in bench.TOKENS + bench.DECODE_TOKENS:
-            found += [problem(hidden, tokens, width, "col", bench.ACTIVATION), problem(width, tokens, hidden, "row")]
-    for m, n, k in bench.ODD_PAIRS:
-        found += [problem(m, n, k, "row"), problem(m, n + 1, k, "row")]
-    found += [problem(4096, n, 4096, "col") for n in bench.NEW_N]
-    return found

@@ -8,6 +8,7 @@
 #                     files spread over 4 workers)
 #   BENCH="args"      scripts/bench.py with these arguments (" " for the defaults)
 #   EXTRAS=1          host overhead (PROFILE=1: and the profiler tables, 4096^3 and 4096x16x4096)
+#   EAGER="args"      scripts/bench_eager.py with these arguments (" " for the defaults)
 #   NCU=1             Nsight Compute sections for the decode kernel (4096x16x4096)
 # Logs go under $OUT (the device tool's output folder; at most 8 files come back).
 OUT=${OUT:-/tmp/gpu_session_out}; mkdir -p "$OUT"
@@ -28,6 +29,7 @@ if [ -z "$SKIP_TESTS" ]; then
   echo "pytest rc=$? $(( $(date +%s) - t0 ))s"; grep -E "^(FAILED|ERROR)" $OUT/gpu_tests.log | head -40; tail -1 $OUT/gpu_tests.log
 fi
 [ -n "$BENCH" ] && { timeout ${BENCH_TIMEOUT:-260} python3 scripts/bench.py --json $OUT/bench.json --png $OUT/bench.png $BENCH > $OUT/bench.log 2>&1; cat $OUT/bench.log; }
+[ -n "$EAGER" ] && { timeout ${EAGER_TIMEOUT:-300} python3 scripts/bench_eager.py --json $OUT/bench_eager.json $EAGER > $OUT/bench_eager.log 2>&1; echo "bench_eager rc=$?"; cat $OUT/bench_eager.log; }
 timeout 60 python3 scripts/run_gemm.py --m 4096 --n 4096 --k 4096 > $OUT/run_gemm.log 2>&1; cat $OUT/run_gemm.log
 if [ -n "$EXTRAS" ]; then   # issue 4/5 measurements: host overhead (and PROFILE=1: profiler tables)
   { timeout 60 python3 scripts/host_overhead.py; timeout 60 python3 scripts/host_overhead.py --family sm90
