@@ -6,6 +6,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
 
+
+def __getattr__(name: str):
+    """bench.DEFAULT_SHAPES and the rest, for callers that import this script (tests/gpu_cases.py)."""
+    from cutlass_sparse.cli import bench
+
+    return getattr(bench, name)
+
+
 if __name__ == "__main__":
     # Hand the arguments over explicitly and import with none left in sys.argv:
     # cutlass_library's generator parses sys.argv when first imported.

@@ -22,21 +22,28 @@ from .args import UsageError
 
 log = logging.getLogger("cutlass_sparse")
 
-ACTIONS = ("ls", "stats", "verify", "clear", "merge")
+ACTIONS = {
+    "ls": "every kernel and profiler record",
+    "stats": "counts by arch, bytes, entries failing their checksum",
+    "verify": "drop entries that fail their checksum (exit 1 if there were any)",
+    "clear": "remove every kernel and profiler record",
+    "merge": "copy every intact entry of SOURCE files that --path lacks",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=ACTIONS)
-    p.add_argument("sources", nargs="*", type=types.existing_file, metavar="SOURCE",
-                   help="merge: cache files to copy entries from")
-    p.add_argument("--path", default=None, help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=type(p))
+    for name, text in ACTIONS.items():
+        action = actions.add_parser(name, help=text, description=text)
+        if name == "merge":
+            action.add_argument("sources", nargs="+", type=types.existing_file, metavar="SOURCE",
+                                help="cache files to copy entries from")
+        action.add_argument("--path", default=None,
+                            help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)" +
+                                 ("; created if new" if name == "merge" else "; must exist"))
 
 
 def main(args) -> int:
-    if args.action == "merge" and not args.sources:
-        raise UsageError("cache merge: name at least one SOURCE cache file to copy entries from")
-    if args.action != "merge" and args.sources:
-        raise UsageError(f"cache {args.action}: takes no SOURCE files (only merge does)")
     path = env.cache_path() if args.path is None else Path(args.path).expanduser()
     if args.action != "merge" and not path.is_file():
         if args.path is not None:
