@@ -1,150 +1,24 @@
 #!/usr/bin/env python3
-"""cutlass-sparse against dense cuBLAS and cuSPARSELt on the same operands, in one process.
-
-    python scripts/bench.py [--dtypes f16,bf16] [--shapes MxNxK,...] [--json out.json] [--png out.png]
-
-Every peer is timed kernel-only the same way (a spin kernel keeps the GPU busy while 20
-calls are enqueued, two events time them back to back, median of 15). Our result is
-checked against the dense one in the same run; a shape that fails the check is
-reported as FAIL and left out of the means. cuSPARSELt runs through torch
-(_cslt_sparse_mm with the algorithm _cslt_sparse_mm_search picks, plan made once)
-when torch is importable; otherwise its columns are empty.
-"""
-from __future__ import annotations
-
-import argparse
-import json
-import math
+"""`cutlass-sparse bench` from a checkout: ours against dense cuBLAS and cuSPARSELt on
+the same operands (GPU). `python scripts/bench.py --help` lists the options."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import numpy as np  # noqa: E402
-
-import cutlass_sparse as cs  # noqa: E402
-from cutlass_sparse.describe import dtypes  # noqa: E402
-from cutlass_sparse import reference  # noqa: E402
-
-# The peers' table in ../shared/FACTS.md: (m, n, k).
-DEFAULT_SHAPES = [(8192, 8192, 8192), (16384, 16384, 16384), (4096, 4096, 4096), (11008, 4096, 4096),
-                  (4096, 4096, 11008), (4096, 512, 4096), (11008, 512, 4096), (4096, 128, 4096),
-                  (4096, 16, 4096)]
-TOLERANCE = {"f16": 2e-3, "bf16": 1.2e-2}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
 
 
-def cusparselt(w, x):
-    """A callable computing w @ x with cuSPARSELt through torch, plan and algorithm chosen once."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    w_t, x_t = torch.from_dlpack(w), torch.from_dlpack(x)
-    compressed = torch._cslt_compress(w_t)
-    alg = torch._cslt_sparse_mm_search(compressed, x_t)
-    alg_id = alg[0] if isinstance(alg, tuple) else alg
-    out = torch._cslt_sparse_mm(compressed, x_t, alg_id=alg_id)
+def __getattr__(name: str):
+    """bench.DEFAULT_SHAPES and the rest, for callers that import this script (tests/gpu_cases.py)."""
+    from cutlass_sparse.cli import bench
 
-    def run():
-        torch._cslt_sparse_mm(compressed, x_t, alg_id=alg_id)
-    return run, out
-
-
-def bench_one(m, n, k, dtype, family, rng, tune=False):
-    import cupy
-
-    np_dtype = dtypes.numpy_dtype(dtype)
-    w = cs.prune_2to4(dtypes.from_float32(cupy.asarray(rng.standard_normal((m, k), dtype=np.float32)), np_dtype))
-    x = dtypes.from_float32(cupy.asarray(rng.standard_normal((k, n), dtype=np.float32)), np_dtype)
-    sw = cs.compress(w, layout=family)
-    if tune:   # profile once (checked candidates); the calls below then run the recorded winner
-        cs.tune(sw, x)
-    y = cs.matmul(sw, x)
-    info = {}
-    cs.matmul(sw, x, out=y, info=info)
-    y_dense = cupy.matmul(w, x)
-    err = reference.relative_error(y, reference.to_float32(y_dense))
-    flops = 2.0 * m * n * k
-    row = {"m": m, "n": n, "k": k, "dtype": dtype, "config": info["config"], "split_k": info.get("split_k", 1),
-           "rel_err": err, "ok": err <= TOLERANCE[dtype]}
-    row["ours_ms"] = reference.kernel_median_ms(lambda: cs.matmul(sw, x, out=y))
-    row["dense_ms"] = reference.kernel_median_ms(lambda: cupy.matmul(w, x, out=y_dense))
-    peer = cusparselt(w, x)
-    if peer is not None:
-        run, out = peer
-        row["cslt_err"] = reference.relative_error(cupy.from_dlpack(out), reference.to_float32(y_dense))
-        row["cslt_ms"] = reference.kernel_median_ms(run)
-    for key in ("ours", "dense", "cslt"):
-        if f"{key}_ms" in row:
-            row[f"{key}_tflops"] = flops / row[f"{key}_ms"] / 1e9
-    return row
-
-
-def geomean(values):
-    values = [v for v in values if v and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dtypes", default="f16,bf16")
-    p.add_argument("--shapes", default=None, help="comma-separated MxNxK")
-    p.add_argument("--family", default=None, choices=["sm80", "sm90"])
-    p.add_argument("--json", default="bench.json")
-    p.add_argument("--png", default="bench.png")
-    p.add_argument("--tune", action="store_true",
-                   help="profile each shape first (cs.tune) and benchmark the recorded winner")
-    args = p.parse_args(argv)
-    if not reference.gpu_available():
-        print("no GPU found: nothing to benchmark")
-        return 0
-    shapes = DEFAULT_SHAPES if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    rng = np.random.default_rng(0)
-    rows = []
-    header = (f"{'dtype':5} {'m':>6} {'n':>6} {'k':>6}  {'ours':>7} {'dense':>7} {'cuSPLt':>7}  "
-              f"{'ours/dense':>10} {'ours/cSLt':>9}  check")
-    print(header)
-    for dtype in args.dtypes.split(","):
-        for m, n, k in shapes:
-            row = bench_one(m, n, k, dtype, args.family, rng, args.tune)
-            rows.append(row)
-            row["vs_dense"] = row["dense_ms"] / row["ours_ms"]
-            row["vs_cslt"] = row["cslt_ms"] / row["ours_ms"] if "cslt_ms" in row else None
-            print(f"{dtype:5} {m:6} {n:6} {k:6}  {row['ours_tflops']:7.1f} {row['dense_tflops']:7.1f} "
-                  f"{row.get('cslt_tflops', float('nan')):7.1f}  {row['vs_dense']:10.3f} "
-                  f"{row['vs_cslt'] or float('nan'):9.3f}  {'ok' if row['ok'] else 'FAIL'} "
-                  f"({row['rel_err']:.1e})", flush=True)
-    good = [r for r in rows if r["ok"]]
-    for label, pick in (("n >= 512", lambda r: r["n"] >= 512), ("n <= 128", lambda r: r["n"] <= 128)):
-        sel = [r for r in good if pick(r)]
-        print(f"geomean {label}: ours/dense {geomean([r['vs_dense'] for r in sel]):.3f}, "
-              f"ours/cuSPARSELt {geomean([r['vs_cslt'] for r in sel]):.3f}  ({len(sel)} shapes)")
-    print("TFLOP/s counted as 2*m*n*k (dense-equivalent); kernel-only timing as described in the docstring")
-    Path(args.json).write_text(json.dumps(rows, indent=1))
-    try:
-        _plot(rows, args.png)
-    except ImportError:
-        print("matplotlib not installed: no plot")
-    return 0 if all(r["ok"] for r in rows) else 1
-
-
-def _plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [f"{r['dtype']} {r['m']}x{r['n']}x{r['k']}" for r in rows]
-    xs = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.6), 4.5))
-    for i, (key, name) in enumerate((("ours", "cutlass-sparse"), ("dense", "dense cuBLAS"), ("cslt", "cuSPARSELt"))):
-        ax.bar(xs + (i - 1) * 0.27, [r.get(f"{key}_tflops", 0) for r in rows], 0.27, label=name)
-    ax.set_xticks(xs, labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("TFLOP/s (2mnk)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return getattr(bench, name)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Hand the arguments over explicitly and import with none left in sys.argv:
+    # cutlass_library's generator parses sys.argv when first imported.
+    argv, sys.argv[1:] = sys.argv[1:], []
+    from cutlass_sparse.cli.main import main
+
+    sys.argv[1:] = argv
+    sys.exit(main(["bench", *argv]))

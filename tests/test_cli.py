@@ -1,4 +1,5 @@
-"""scripts/run_gemm.py without a GPU: --emit-only, and compile-only warm-up exiting 0."""
+"""scripts/run_gemm.py (`cutlass-sparse run`) without a GPU: --emit-only, and compile-only warm-up exiting 0.
+Bad command lines: tests/test_cli_errors.py."""
 import os
 import subprocess
 import sys
@@ -40,4 +41,5 @@ def test_without_gpu_compiles_for_arch_and_exits_zero(tmp_path):
 
 def test_unknown_config_name_fails_cleanly(tmp_path):
     result = run(["--m", "64", "--n", "64", "--k", "64", "--config", "nope", "--emit-only"], tmp_path)
-    assert result.returncode != 0 and "no configuration named 'nope'" in result.stderr
+    assert result.returncode == 2 and "no configuration named 'nope'" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr

@@ -287,38 +287,16 @@ def default_cache() -> KernelCache:
 
 
 def main(argv=None) -> int:
-    """python -m cutlass_sparse.build.cache ls|stats|verify|clear|merge [--path DB] [SOURCES...]"""
-    import argparse
+    """python -m cutlass_sparse.build.cache ls|stats|verify|clear|merge [--path DB] [SOURCES...]:
+    the same as `cutlass-sparse cache ...` (cutlass_sparse.cli.cache), which it hands over to.
 
-    parser = argparse.ArgumentParser(prog="python -m cutlass_sparse.build.cache", description=main.__doc__)
-    parser.add_argument("command", choices=["ls", "stats", "verify", "clear", "merge"])
-    parser.add_argument("sources", nargs="*", help="merge: cache files to copy entries from")
-    parser.add_argument("--path", default=None, help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)")
-    args = parser.parse_args(argv)
-    cache = KernelCache(args.path, read_only=True if args.command in ("ls", "stats") else None)
-    if args.command == "ls":
-        for key, name, arch, size, ok in cache.rows():
-            print(f"{key[:12]}  {arch:7}  {size:>9}  {'ok ' if ok else 'BAD'}  {name}")
-        for signature, choice in cache.winners():
-            print(f"winner  {signature}  ->  {choice.get('name')} split {choice.get('split_k')}")
-    elif args.command == "stats":
-        rows = cache.rows()
-        by_arch: dict[str, int] = {}
-        for _, _, arch, _, _ in rows:
-            by_arch[arch] = by_arch.get(arch, 0) + 1
-        print(f"{cache.path}: {len(rows)} kernels, {sum(r[3] for r in rows) / 1e6:.1f} MB of cubins, "
-              f"{sum(not r[4] for r in rows)} failing their checksum; by arch: {by_arch}; "
-              f"{len(cache.winners())} profiler records")
-    elif args.command == "verify":
-        bad = cache.verify()
-        print(f"{len(bad)} entries failed their checksum" + (" and were removed" if bad else ""))
-        return 1 if bad else 0
-    elif args.command == "clear":
-        print(f"removed {cache.clear()} entries from {cache.path}")
-    elif args.command == "merge":
-        for source in args.sources:
-            print(f"{source}: {cache.merge_from(source)} entries added to {cache.path}")
-    return 0
+    Looked up by name at run time rather than imported: the command line is the package's
+    top floor and build/ never depends on it; this is only a second door into it."""
+    import importlib
+    import sys
+
+    cli = importlib.import_module("cutlass_sparse.cli.main")
+    return cli.main(["cache", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

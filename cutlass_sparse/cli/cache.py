@@ -1,0 +1,97 @@
+"""cache: look after compiled_cache.db (kernels and profiler records).
+
+    ls       every kernel (key, arch, cubin bytes, checksum) and profiler record
+    stats    counts by arch, bytes, entries failing their checksum
+    verify   drop entries that fail their checksum (exit 1 if there were any)
+    clear    remove every kernel and profiler record
+    merge    copy every intact entry of SOURCES that --path lacks (--path may be new)
+
+--path names the cache file (default: $CUTLASS_SPARSE_CACHE, else ~/.cache/...); for
+every action but merge it must exist, and is never created.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from ..build.cache import KernelCache
+from .. import env
+from . import args as types
+from .args import UsageError
+
+log = logging.getLogger("cutlass_sparse")
+
+ACTIONS = {
+    "ls": "every kernel and profiler record",
+    "stats": "counts by arch, bytes, entries failing their checksum",
+    "verify": "drop entries that fail their checksum (exit 1 if there were any)",
+    "clear": "remove every kernel and profiler record",
+    "merge": "copy every intact entry of SOURCE files that --path lacks",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=type(p))
+    for name, text in ACTIONS.items():
+        action = actions.add_parser(name, help=text, description=text)
+        if name == "merge":
+            action.add_argument("sources", nargs="+", type=types.existing_file, metavar="SOURCE",
+                                help="cache files to copy entries from")
+        action.add_argument("--path", default=None,
+                            help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)" +
+                                 ("; created if new" if name == "merge" else "; must exist"))
+
+
+def main(args) -> int:
+    path = env.cache_path() if args.path is None else Path(args.path).expanduser()
+    if args.action != "merge" and not path.is_file():
+        if args.path is not None:
+            raise UsageError(f"argument --path: no cache file at {args.path}")
+        log.info("no cache file at %s yet: nothing to %s", path, args.action)
+        return 0
+    cache = KernelCache(path, read_only=True if args.action in ("ls", "stats") else None)
+    try:
+        return ACTION[args.action](cache, args)
+    finally:
+        cache.close()
+
+
+def _ls(cache: KernelCache, args) -> int:
+    for key, name, arch, size, ok in cache.rows():
+        print(f"{key[:12]}  {arch:7}  {size:>9}  {'ok ' if ok else 'BAD'}  {name}")
+    for signature, choice in cache.winners():
+        print(f"winner  {signature}  ->  {choice.get('name')} split {choice.get('split_k')}")
+    return 0
+
+
+def _stats(cache: KernelCache, args) -> int:
+    rows = cache.rows()
+    by_arch: dict[str, int] = {}
+    for _, _, arch, _, _ in rows:
+        by_arch[arch] = by_arch.get(arch, 0) + 1
+    print(f"{cache.path}: {len(rows)} kernels, {sum(r[3] for r in rows) / 1e6:.1f} MB of cubins, "
+          f"{sum(not r[4] for r in rows)} failing their checksum; by arch: {by_arch}; "
+          f"{len(cache.winners())} profiler records")
+    return 0
+
+
+def _verify(cache: KernelCache, args) -> int:
+    bad = cache.verify()
+    print(f"{len(bad)} entries failed their checksum" + (" and were removed" if bad else ""))
+    return 1 if bad else 0
+
+
+def _clear(cache: KernelCache, args) -> int:
+    print(f"removed {cache.clear()} entries from {cache.path}")
+    return 0
+
+
+def _merge(cache: KernelCache, args) -> int:
+    for source in args.sources:
+        print(f"{source}: {cache.merge_from(source)} entries added to {cache.path}")
+    print(f"{cache.path}: {len(cache.keys())} kernels")
+    return 0
+
+
+ACTION = {"ls": _ls, "stats": _stats, "verify": _verify, "clear": _clear, "merge": _merge}
