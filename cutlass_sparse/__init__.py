@@ -8,16 +8,26 @@ The package follows the data: describe (Problem, configurations, catalogs, selec
 -> formats (2:4 layouts) -> emit (C++) -> build (NVRTC, cache) -> launch (family plans)
 -> plan (Problem -> plan) -> profiler -> api (the calls below). docs/FLOW.md maps it.
 """
-from .api.compress import compress, prune_2to4
-from .api.matmul import linear, matmul, tune, workspace_size
-from .api.plan import Plan, plan
-from .build.compiler import CompileError
-from .build.kernels import emit
-from .describe import catalog
-from .describe.description import SparseGemmConfig
-from .describe.dtypes import bfloat16
-from .env import PACKAGE_VERSION as __version__
-from .formats.matrices import SparseBatch, SparseMatrix
+import sys as _sys
+
+# cutlass_library's package import runs its generator's argument parser on sys.argv (which
+# would answer our commands' --help with its options): the first import sees a bare argv.
+_argv, _sys.argv = _sys.argv, _sys.argv[:1]
+try:
+    import cutlass_library  # noqa: F401
+finally:
+    _sys.argv = _argv
+
+from .api.compress import compress, prune_2to4  # noqa: E402
+from .api.matmul import linear, matmul, tune, workspace_size  # noqa: E402
+from .api.plan import Plan, plan  # noqa: E402
+from .build.compiler import CompileError  # noqa: E402
+from .build.kernels import emit  # noqa: E402
+from .describe import catalog  # noqa: E402
+from .describe.description import SparseGemmConfig  # noqa: E402
+from .describe.dtypes import bfloat16  # noqa: E402
+from .env import PACKAGE_VERSION as __version__  # noqa: E402
+from .formats.matrices import SparseBatch, SparseMatrix  # noqa: E402
 
 
 def emit_source(config: SparseGemmConfig | str) -> str:

@@ -151,7 +151,7 @@ def test_cache_command_line(tmp_path):
     db = tmp_path / "cli.db"
     KernelCache(db).put("abc", "some_kernel", "sm_80", b"bytes", {})
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "cutlass_sparse.build.cache", *args, "--path", str(db)],
+        return subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "cache", *args, "--path", str(db)],
                               capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert "some_kernel" in cli("ls").stdout
     assert "1 kernels" in cli("stats").stdout

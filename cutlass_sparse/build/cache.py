@@ -284,20 +284,3 @@ def default_cache() -> KernelCache:
         if _default is None or _default.path != env.cache_path():
             _default = KernelCache()
         return _default
-
-
-def main(argv=None) -> int:
-    """python -m cutlass_sparse.build.cache ls|stats|verify|clear|merge [--path DB] [SOURCES...]:
-    the same as `cutlass-sparse cache ...` (cutlass_sparse.cli.cache), which it hands over to.
-
-    Looked up by name at run time rather than imported: the command line is the package's
-    top floor and build/ never depends on it; this is only a second door into it."""
-    import importlib
-    import sys
-
-    cli = importlib.import_module("cutlass_sparse.cli.main")
-    return cli.main(["cache", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
