@@ -158,7 +158,9 @@ def test_torch_tensor_through_dlpack():
     torch = pytest.importorskip("torch")
     w, sw, x = random_operands(128, 32, 64, "f16", "row", seed=13)
     x_t = torch.from_dlpack(x)
-    check(cs.matmul(sw, x_t), w, x, "f16")
+    y = cs.matmul(sw, x_t)
+    assert isinstance(y, torch.Tensor)           # torch in, torch out
+    check(cp().from_dlpack(y), w, x, "f16")
 
 
 # -- bad input: a clear exception naming the argument, never a kernel fault ---------

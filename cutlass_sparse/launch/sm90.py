@@ -126,14 +126,18 @@ class Sm90Plan:
     def __init__(self, problem: Problem, config: SparseGemmConfig | None = None, choice=None):
         self.problem = p = problem
         item, out_item = dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize
+        # The kernel's N: CUTLASS's TMA collectives want the contiguous extent of B (row-major)
+        # and D in whole 16-byte vectors, so an N that is not runs on N rounded up, with x's
+        # extra columns zero and D's dropped.
+        self.n_k = n_k = round_up(p.n, TMA_ALIGN // min(item, out_item))
         # What the kernel sees: each operand in place where TMA can take it, else staged.
-        self.stage_x = not tma_ready(p.x, item)
-        self.stage_out = not tma_ready(p.out, out_item)      # also: D the library allocates
-        self.stage_c = p.epilogue.reads_c and not tma_ready(p.c, out_item)
-        x = staged(p.x, p.n if p.layout_b == "row" else p.k, item) if self.stage_x else p.x
-        out = staged(Operand("row", p.n, TMA_ALIGN), p.n, out_item) if self.stage_out else p.out
-        c = staged(p.c, p.n, out_item) if self.stage_c else p.c
-        self.kernel_problem = dataclasses.replace(p, x=x, out=out, c=c)
+        self.stage_x = n_k != p.n or not tma_ready(p.x, item)
+        self.stage_out = n_k != p.n or not tma_ready(p.out, out_item)      # also: D the library allocates
+        self.stage_c = p.epilogue.reads_c and (n_k != p.n or not tma_ready(p.c, out_item))
+        x = staged(p.x, n_k if p.layout_b == "row" else p.k, item) if self.stage_x else p.x
+        out = staged(Operand("row", n_k, TMA_ALIGN), n_k, out_item) if self.stage_out else p.out
+        c = staged(p.c, n_k, out_item) if self.stage_c else p.c
+        self.kernel_problem = dataclasses.replace(p, n=n_k, x=x, out=out, c=c)
         self.config, self.scheduling = resolve(self.kernel_problem, config, choice)
         self.compiled = kernels.get(self.config, device.sm90_target(p.arch, p.device_id))
         self.loaded = modules.load(self.compiled)
@@ -169,12 +173,12 @@ class Sm90Plan:
 
         p, k = self.problem, self.kernel_problem
         if self.stage_x:
-            x = stage(x, k.x.ld, p.layout_b)
+            x = stage(x, k.x.ld, p.layout_b, self.n_k)
         d = out if not self.stage_out else cupy.empty((p.m, self.ldd), dtype=dtypes.numpy_dtype(p.element_out))
         if not p.epilogue.reads_c:
             c = d
         elif self.stage_c:
-            c = stage(c, self.ldc, "row")
+            c = stage(c, self.ldc, "row", self.n_k)
         self.launch(self.ready(sw, (x.data.ptr, c.data.ptr, d.data.ptr), workspace))
         if d is out:
             return out
@@ -215,7 +219,8 @@ class Sm90Plan:
         f = block[0]
         f["a"], f["e"], f["b"], f["c"], f["d"] = pointers
         f["ldb"], f["ldc"], f["ldd"] = self.kernel_problem.x.ld, self.ldc, self.ldd
-        f["m"], f["n"], f["k"] = p.m, p.n, p.k
+        k = self.kernel_problem
+        f["m"], f["n"], f["k"] = k.m, k.n, k.k
         f["sm_count"] = p.sm_count
         f["swizzle"], f["raster"] = self.config.swizzle, RASTER
         f["splits"], f["decomposition"] = self.scheduling.splits, DECOMPOSITIONS[self.scheduling.decomposition]
@@ -224,7 +229,7 @@ class Sm90Plan:
 
     def _prepared(self, pointers) -> Prepared:
         p = self.problem
-        shape_key = (self.compiled.key, p.device_id, p.m, p.n, p.k, self.kernel_problem.x.ld, self.ldc, self.ldd,
+        shape_key = (self.compiled.key, p.device_id, p.m, self.n_k, p.k, self.kernel_problem.x.ld, self.ldc, self.ldd,
                      self.scheduling,
                      self.config.swizzle)   # swizzle: the grid
         prepared = _prepared.get(shape_key)
@@ -284,15 +289,17 @@ class Sm90Plan:
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
 
 
-def stage(array, ld: int, layout: str):
-    """A copy of a 2-D array in a fresh buffer with leading dimension `ld` (elements), as a
-    view of the array's shape: row-major [R, C] in [R, ld], column-major in [C, ld].T."""
+def stage(array, ld: int, layout: str, n_k: int):
+    """A copy of a 2-D [R, N] array in a fresh buffer with leading dimension `ld` (elements),
+    seen as [R, n_k]: row-major in [R, ld], column-major in [n_k, ld].T. Columns past N
+    are zero (they only reach D's columns past N, which are dropped)."""
     import cupy
 
     rows, cols = array.shape
+    make = cupy.zeros if n_k != cols else cupy.empty
     if layout == "row":
-        view = cupy.empty((rows, ld), dtype=array.dtype)[:, :cols]
+        view = make((rows, ld), dtype=array.dtype)[:, :n_k]
     else:
-        view = cupy.empty((cols, ld), dtype=array.dtype)[:, :rows].T
-    view[...] = array
+        view = make((n_k, ld), dtype=array.dtype)[:, :rows].T
+    view[:, :cols] = array
     return view
