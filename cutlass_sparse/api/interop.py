@@ -18,10 +18,46 @@ def is_torch(obj) -> bool:
     return type(obj).__module__.startswith("torch")
 
 
+_NUMPY_OF = {}
+
+
+def _numpy_dtype(torch_dtype):
+    """The NumPy dtype of a torch dtype the kernels take, or None."""
+    if not _NUMPY_OF:
+        import torch
+
+        _NUMPY_OF.update({torch.float16: np.dtype(np.float16), torch.bfloat16: bfloat16,
+                          torch.float32: np.dtype(np.float32), torch.int8: np.dtype(np.int8),
+                          torch.int32: np.dtype(np.int32)})
+    return _NUMPY_OF.get(torch_dtype)
+
+
+def torch_dtype(np_dtype):
+    """The torch dtype of a NumPy dtype the kernels write."""
+    _numpy_dtype(None)
+    return next(t for t, n in _NUMPY_OF.items() if n == np_dtype)
+
+
+def _cupy_view(tensor, dtype):
+    """A CuPy array over a CUDA tensor's memory, made from its pointer, shape and strides
+    (a few microseconds, where a DLPack exchange costs tens); the tensor stays its owner."""
+    import cupy
+
+    item = dtype.itemsize
+    shape = tuple(tensor.shape)
+    strides = tuple(s * item for s in tensor.stride())
+    extent = sum((d - 1) * s for d, s in zip(shape, strides)) + item if all(shape) else 0
+    memory = cupy.cuda.UnownedMemory(tensor.data_ptr(), extent, tensor, tensor.device.index)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
+
+
 def to_array(tensor):
     """A CuPy (CUDA tensor) or NumPy (CPU tensor) view of a torch tensor, no copy."""
     import torch
 
+    dtype = _numpy_dtype(tensor.dtype)
+    if tensor.is_cuda and dtype is not None:
+        return _cupy_view(tensor, dtype)
     bf16 = tensor.dtype == torch.bfloat16
     if bf16:   # neither CuPy nor NumPy speaks bfloat16 over DLPack: cross as int16 bits
         tensor = tensor.view(torch.int16)
@@ -52,7 +88,8 @@ def _torch_stream(device_index: int):
     import cupy
     import torch
 
-    ptr = torch.cuda.current_stream(device_index).cuda_stream
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # the pointer, without a Stream object
+    ptr = raw(device_index) if raw is not None else torch.cuda.current_stream(device_index).cuda_stream
     stream = _streams.get((ptr, device_index))
     if stream is None:
         with _streams_lock:
@@ -60,12 +97,21 @@ def _torch_stream(device_index: int):
     return stream
 
 
-def torch_io(fn):
-    """Let `fn` take torch tensors (positional or keyword) and give torch tensors back."""
+def torch_io(fn=None, *, make_out=None):
+    """Let `fn` take torch tensors (positional or keyword) and give torch tensors back.
+    make_out(*args, **kwargs), if given, allocates the torch tensor a call without `out=`
+    writes into (cheaper than handing a result back over DLPack), or returns None."""
+    if fn is None:
+        return functools.partial(torch_io, make_out=make_out)
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if not any(map(is_torch, args)) and not any(map(is_torch, kwargs.values())):
             return fn(*args, **kwargs)
+        if make_out is not None and kwargs.get("out") is None:
+            out = make_out(*args, **kwargs)
+            if out is not None:
+                kwargs = dict(kwargs, out=out)
         return _call_with_torch(fn, args, kwargs)
     return wrapper
 
@@ -81,8 +127,13 @@ def _call_with_torch(fn, args, kwargs):
     else:
         import cupy
 
-        with cupy.cuda.Device(cuda.device.index), _torch_stream(cuda.device.index):
-            result = fn(*args, **kwargs)
+        index = cuda.device.index
+        if cupy.cuda.runtime.getDevice() == index:
+            with _torch_stream(index):
+                result = fn(*args, **kwargs)
+        else:
+            with cupy.cuda.Device(index), _torch_stream(index):
+                result = fn(*args, **kwargs)
     for tensor in tensors:   # the caller's own tensor (out=), not a new view of it
         if converted[id(tensor)] is result:
             return tensor

@@ -4,16 +4,33 @@ with the kernel chosen from config, profiler record or heuristic), and the plan 
 """
 from __future__ import annotations
 
-from ..describe import catalog
+from ..describe import catalog, dtypes
 from ..describe.description import SparseGemmConfig
 from ..formats.matrices import SparseBatch, SparseMatrix
 from ..plan import plans
 from ..profiler import tune as profiler
 from . import batched, eager, operands
-from .interop import torch_io
+from .interop import is_torch, torch_io
 
 
-@torch_io
+def _torch_out(sw, x, *, out_dtype=None, **_):
+    """For torch operands: the [M, N] torch tensor a 2-D call writes, allocated by torch."""
+    import torch
+
+    if not (isinstance(sw, SparseMatrix) and is_torch(x) and x.is_cuda and x.dim() == 2):
+        return None
+    names = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "s8": torch.int8, "s32": torch.int32}
+    if out_dtype is None:
+        dtype = torch.int32 if x.dtype == torch.int8 else x.dtype
+    else:
+        try:
+            dtype = names[dtypes.parse(out_dtype)]
+        except (KeyError, ValueError):
+            return None   # cs.matmul says what is wrong with it
+    return torch.empty((sw.shape[0], x.shape[1]), dtype=dtype, device=x.device)
+
+
+@torch_io(make_out=_torch_out)
 def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0.0, c=None, bias=None,
            activation: str = "identity", leaky_slope: float = 0.01, out_dtype=None,
            config: str | SparseGemmConfig | None = None, family: str | None = None,
@@ -155,7 +172,6 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
         return profiler.tune(call.problem, sw, call.x, force=force, jobs=jobs, progress=progress)
 
 
-@torch_io
 def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **options):
     """A Linear layer with a 2:4 sparse weight: activation(x @ w.T + bias).
 
@@ -167,7 +183,8 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
     """
     if not isinstance(sw, SparseMatrix):
         raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (one weight), got {type(sw).__name__}")
-    x = operands.as_device_array(x, "x")
+    if not is_torch(x):   # a torch x stays one: matmul takes it and gives torch back
+        x = operands.as_device_array(x, "x")
     if x.ndim != 2:
-        raise ValueError(f"x must be 2-D [tokens, K], got shape {x.shape}")
+        raise ValueError(f"x must be 2-D [tokens, K], got shape {tuple(x.shape)}")
     return matmul(sw, x.T, bias=bias, activation=activation, **options).T

@@ -19,7 +19,7 @@ from ..describe import catalog, dtypes
 from ..formats.matrices import SparseMatrix
 from ..plan import plans
 from . import operands
-from .interop import torch_io
+from .interop import torch_dtype, torch_io
 from .matmul import matmul
 
 
@@ -81,7 +81,15 @@ class Plan:
         self.c_ptr = c_ptr
         self._readies = {}   # sm90: built launches per (x, out) pointer pair
 
-    @torch_io
+    def _torch_out(self, x, **_):
+        """For a torch x: the torch tensor a direct call writes."""
+        import torch
+
+        if not self.direct or not getattr(x, "is_cuda", False):
+            return None
+        return torch.empty(self.out_shape, dtype=torch_dtype(self.np_out), device=x.device)
+
+    @torch_io(make_out=_torch_out)
     def __call__(self, x, out=None):
         if not self.direct:
             return matmul(self.sw, x, out=out, **self.options)
