@@ -13,7 +13,6 @@ import pytest
 
 import cutlass_sparse as cs
 from cutlass_sparse.formats import patterns, prune, sm80_layout
-from cutlass_sparse.formats.matrices import SparseMatrix
 from conftest import HAS_GPU
 
 NAN, INF = np.nan, np.inf

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -97,15 +96,3 @@ def compile_all(configs, arch: str | None = None, jobs: int | None = None, progr
         for future in as_completed([pool.submit(_compile_one, w) for w in work]):
             done(future.result())
     return results
-
-
-def print_progress_text(done: int, total: int, text: str) -> None:
-    """A one-line progress bar (stderr on a terminal, else stdout)."""
-    width = 30
-    bar = "#" * (width * done // total) + "." * (width - width * done // total)
-    print(f"[{bar}] {done}/{total}  {text}", file=sys.stderr if sys.stderr.isatty() else sys.stdout, flush=True)
-
-
-def print_progress(done: int, total: int, result) -> None:
-    name, arch, status, seconds = result
-    print_progress_text(done, total, f"{status[:8]:8} {seconds:6.1f} s  {arch}  {name}")

@@ -171,7 +171,7 @@ def run_on_gpu(args) -> int:
 
     import cutlass_sparse as cs
     from .. import reference
-    from ..build import cache, warmup
+    from ..build import cache
     from ..profiler.tune import format_table
 
     rng = np.random.default_rng(args.seed)
@@ -185,7 +185,7 @@ def run_on_gpu(args) -> int:
     if args.profile:
         log.info("profiling %d x %d x %d ...", args.m, args.n, args.k)
         winner, rows = cs.tune(sw, x, out_dtype=args.out_dtype, activation=args.activation, force=True,
-                               progress=warmup.print_progress_text)
+                               progress=progress_text)
         print(format_table(rows))
         print(f"winner        {winner.label} (recorded in {cache.default_cache().path})")
 
@@ -230,3 +230,8 @@ def run_on_gpu(args) -> int:
     print(f"error         rel {err:.2e}, max abs {max_abs:.3e} vs float32 dense reference "
           f"({'PASS' if ok else 'FAIL'}, tolerance {TOLERANCE[args.dtype]:.0e})")
     return 0 if ok else 1
+
+
+def progress_text(done: int, total: int, text: str) -> None:
+    """The profiler's progress, one log line per step (stderr, through the cutlass_sparse logger)."""
+    log.info("[%d/%d] %s", done, total, text)
