@@ -24,6 +24,7 @@ from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP
 from . import device, modules, tma
+from .staging import copy_rows, stage
 from .sm80 import check_config_fits
 
 FAMILY = "sm90"
@@ -185,7 +186,7 @@ class Sm90Plan:
         y = d[:, :p.n] if self.ldd != p.n else d
         if out is None:
             return y
-        out[...] = y
+        copy_rows(out, y)   # out is row-major (the Problem says so): one strided copy
         return out
 
     def ready(self, sw, pointers: tuple[int, int, int], workspace=None) -> Ready:
@@ -288,18 +289,3 @@ class Sm90Plan:
                            threads=1, shared_bytes=0)
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
 
-
-def stage(array, ld: int, layout: str, n_k: int):
-    """A copy of a 2-D [R, N] array in a fresh buffer with leading dimension `ld` (elements),
-    seen as [R, n_k]: row-major in [R, ld], column-major in [n_k, ld].T. Columns past N
-    are zero (they only reach D's columns past N, which are dropped)."""
-    import cupy
-
-    rows, cols = array.shape
-    make = cupy.zeros if n_k != cols else cupy.empty
-    if layout == "row":
-        view = make((rows, ld), dtype=array.dtype)[:, :n_k]
-    else:
-        view = make((n_k, ld), dtype=array.dtype)[:, :rows].T
-    view[:, :cols] = array
-    return view
