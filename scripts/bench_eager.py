@@ -175,10 +175,35 @@ def new_n_row(torch, cs):
             "calls_that_waited_for_the_gpu": waits}
 
 
+def profile_decode(torch, cs, tokens: int = 16) -> None:
+    """cProfile of 32 sparse decode layers (up, silu, down) at `tokens` tokens, own time."""
+    import cProfile
+    import pstats
+
+    width, hidden = MLP_SHAPES[0]
+    s_up = cs.compress(cs.prune_2to4(torch.randn(hidden, width, device="cuda").half()))
+    s_down = cs.compress(cs.prune_2to4(torch.randn(width, hidden, device="cuda").half()))
+    x = torch.randn(tokens, width, device="cuda").half()
+
+    def step():
+        for _ in range(32):
+            y = cs.linear(cs.linear(x, s_up, activation=ACTIVATION), s_down)
+        return y
+
+    step()
+    torch.cuda.synchronize()
+    profile = cProfile.Profile()
+    profile.runcall(lambda: [step() for _ in range(5)])
+    print(f"\nhost time of 5 x 32 sparse decode layers at {tokens} tokens, by own time:")
+    pstats.Stats(profile).sort_stats("tottime").print_stats(22)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--quick", action="store_true", help="one MLP shape, three token counts")
+    parser.add_argument("--cprofile", action="store_true",
+                        help="also print where the host time of a sparse decode step goes (cProfile, own time)")
     args = parser.parse_args(argv)
     import cupy
     import torch
@@ -209,6 +234,8 @@ def main(argv=None) -> int:
     print(f"\nnew N every call (cs.linear, 4096x4096 weight, N = 1..512): host {r['median_host_us']:.1f} us median, "
           f"{r['mean_host_us']:.1f} us mean; {r['calls_that_waited_for_the_gpu']} of {r['calls']} calls waited "
           f"for the GPU")
+    if args.cprofile:
+        profile_decode(torch, cs)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     ok = all(r["ok"] for r in results["mlp"] + results["odd"])
