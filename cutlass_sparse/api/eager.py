@@ -14,7 +14,7 @@ import threading
 from ..describe import dtypes
 from ..formats.matrices import SparseMatrix
 from ..profiler import records
-from . import operands
+from . import interop, operands
 
 MAX_ENTRIES = 1024
 
@@ -50,6 +50,51 @@ def key(sw, x, out, bias, options: tuple) -> tuple | None:
             data = array.data
             found += ((array.shape, array.strides, array.dtype, data.ptr & 15, data.device_id),)
     return found
+
+
+def torch_key(sw, x, out, bias, options: tuple) -> tuple | None:
+    """The same key for torch CUDA tensors, read off the tensors themselves (no CuPy view)."""
+    ndarray = _array_type()
+    if type(sw) is not SparseMatrix or type(sw.values) is not ndarray:
+        return None
+    found = (sw.shape, sw.dtype, sw.layout, sw.values.data.device_id)
+    for index, tensor in enumerate((x, out, bias)):
+        if tensor is None:
+            found += (None,)
+            continue
+        if not interop.is_torch(tensor) or not tensor.is_cuda:
+            return None
+        dtype = interop.numpy_dtype(tensor.dtype)
+        if dtype is None:
+            return None
+        attrs = (tensor.shape, tuple(s * dtype.itemsize for s in tensor.stride()), dtype,
+                 tensor.data_ptr() & 15, tensor.device.index)
+        found += (*attrs, options) if index == 0 else (attrs,)
+    return found
+
+
+def torch_run(entry: tuple, sw, x, out):
+    """A direct torch call that hit `entry`: torch allocates D, the plan launches from
+    pointers on torch's current stream. None when the plan is not direct (the caller
+    takes the full path)."""
+    plan, problem = entry
+    if not plan.direct or problem.epilogue.reads_c:
+        return None
+    import torch
+
+    if out is None:
+        out = torch.empty((problem.m, problem.n), dtype=interop.torch_dtype(dtypes.numpy_dtype(problem.element_out)),
+                          device=x.device)
+    import cupy
+
+    index = x.device.index
+    if cupy.cuda.runtime.getDevice() == index:
+        with interop.torch_stream(index):
+            plan.launch_direct(sw, x.data_ptr(), out.data_ptr())
+    else:
+        with cupy.cuda.Device(index), interop.torch_stream(index):
+            plan.launch_direct(sw, x.data_ptr(), out.data_ptr())
+    return out
 
 
 def lookup(fast_key: tuple):

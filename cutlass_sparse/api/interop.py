@@ -21,7 +21,7 @@ def is_torch(obj) -> bool:
 _NUMPY_OF = {}
 
 
-def _numpy_dtype(torch_dtype):
+def numpy_dtype(torch_dtype):
     """The NumPy dtype of a torch dtype the kernels take, or None."""
     if not _NUMPY_OF:
         import torch
@@ -34,7 +34,7 @@ def _numpy_dtype(torch_dtype):
 
 def torch_dtype(np_dtype):
     """The torch dtype of a NumPy dtype the kernels write."""
-    _numpy_dtype(None)
+    numpy_dtype(None)
     return next(t for t, n in _NUMPY_OF.items() if n == np_dtype)
 
 
@@ -55,7 +55,7 @@ def to_array(tensor):
     """A CuPy (CUDA tensor) or NumPy (CPU tensor) view of a torch tensor, no copy."""
     import torch
 
-    dtype = _numpy_dtype(tensor.dtype)
+    dtype = numpy_dtype(tensor.dtype)
     if tensor.is_cuda and dtype is not None:
         return _cupy_view(tensor, dtype)
     bf16 = tensor.dtype == torch.bfloat16
@@ -83,7 +83,7 @@ _streams: dict[tuple[int, int], object] = {}
 _streams_lock = threading.Lock()
 
 
-def _torch_stream(device_index: int):
+def torch_stream(device_index: int):
     """CuPy's handle on torch's current stream of a device (kept per stream)."""
     import cupy
     import torch
@@ -129,10 +129,10 @@ def _call_with_torch(fn, args, kwargs):
 
         index = cuda.device.index
         if cupy.cuda.runtime.getDevice() == index:
-            with _torch_stream(index):
+            with torch_stream(index):
                 result = fn(*args, **kwargs)
         else:
-            with cupy.cuda.Device(index), _torch_stream(index):
+            with cupy.cuda.Device(index), torch_stream(index):
                 result = fn(*args, **kwargs)
     for tensor in tensors:   # the caller's own tensor (out=), not a new view of it
         if converted[id(tensor)] is result:

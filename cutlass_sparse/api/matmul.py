@@ -4,6 +4,8 @@ with the kernel chosen from config, profiler record or heuristic), and the plan 
 """
 from __future__ import annotations
 
+import functools
+
 from ..describe import catalog, dtypes
 from ..describe.description import SparseGemmConfig
 from ..formats.matrices import SparseBatch, SparseMatrix
@@ -30,6 +32,34 @@ def _torch_out(sw, x, *, out_dtype=None, **_):
     return torch.empty((sw.shape[0], x.shape[1]), dtype=dtype, device=x.device)
 
 
+_FAST_OPTIONS = {"alpha": 1.0, "beta": 0.0, "activation": "identity", "leaky_slope": 0.01, "out_dtype": None,
+                 "config": None, "family": None, "split_k": None, "split_k_mode": None}
+
+
+def _torch_fast_path(fn):
+    """A torch call that repeats an earlier one runs from the tensors' own attributes and
+    pointers (api.eager.torch_key), with no CuPy view made; others go on to `fn`."""
+    @functools.wraps(fn)
+    def wrapper(sw, x, **kwargs):
+        others = [k for k, v in kwargs.items() if k not in _FAST_OPTIONS and k != "out" and v not in (None, False)]
+        if is_torch(x) and not others:
+            if kwargs.get("out") is None:
+                out = _torch_out(sw, x, **kwargs)
+                if out is None:
+                    return fn(sw, x, **kwargs)
+                kwargs["out"] = out   # a miss runs with it too, so its plan is kept under this key
+            options = tuple(kwargs.get(name, default) for name, default in _FAST_OPTIONS.items())
+            fast = eager.torch_key(sw, x, kwargs["out"], None, options)
+            entry = None if fast is None else eager.lookup(fast)
+            if entry is not None:
+                done = eager.torch_run(entry, sw, x, kwargs["out"])
+                if done is not None:
+                    return done
+        return fn(sw, x, **kwargs)
+    return wrapper
+
+
+@_torch_fast_path
 @torch_io(make_out=_torch_out)
 def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0.0, c=None, bias=None,
            activation: str = "identity", leaky_slope: float = 0.01, out_dtype=None,

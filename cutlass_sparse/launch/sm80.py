@@ -275,6 +275,10 @@ class Sm80Plan:
         e = self.problem.epilogue
         return e.alpha, e.beta, e.leaky_slope
 
+    def launch_direct(self, sw, x_ptr: int, d_ptr: int) -> None:
+        """A direct plan's launch from pointers alone (C is D; nothing staged)."""
+        self._bound_for(sw)(x_ptr, d_ptr)
+
     def _bound_for(self, sw) -> BoundGemm:
         """The bound launch for sw's arrays (C is D), kept per weight."""
         key = (sw.values.data.ptr, sw.metadata.data.ptr)

@@ -203,6 +203,10 @@ class Sm90Plan:
                 self._readies.popitem(last=False)
         return ready
 
+    def launch_direct(self, sw, x_ptr: int, d_ptr: int) -> None:
+        """A direct plan's launch from pointers alone (C is D; nothing staged)."""
+        self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr)))
+
     def launch(self, ready: Ready) -> None:
         """The GEMM on the current stream (after zeroing its stream-K barriers, if any)."""
         offset, nbytes = ready.barrier
