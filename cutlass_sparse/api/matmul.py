@@ -41,7 +41,8 @@ def _torch_fast_path(fn):
     pointers (api.eager.torch_key), with no CuPy view made; others go on to `fn`."""
     @functools.wraps(fn)
     def wrapper(sw, x, **kwargs):
-        others = [k for k, v in kwargs.items() if k not in _FAST_OPTIONS and k != "out" and v not in (None, False)]
+        others = [k for k, v in kwargs.items()
+                  if k not in _FAST_OPTIONS and k != "out" and v is not None and v is not False]
         if is_torch(x) and not others:
             if kwargs.get("out") is None:
                 out = _torch_out(sw, x, **kwargs)
