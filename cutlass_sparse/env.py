@@ -9,7 +9,10 @@ import functools
 import hashlib
 import importlib.metadata
 import os
+import warnings
 from pathlib import Path
+
+from . import trust
 
 PACKAGE_VERSION = "0.1.0"
 
@@ -22,7 +25,10 @@ def cache_path() -> Path:
     """Where compiled_cache.db lives: $CUTLASS_SPARSE_CACHE, else the user's cache dir.
 
     Never the working directory: a database there would be picked up by whoever
-    runs in that directory.
+    runs in that directory. When the user's cache dir cannot be written (a read-only or
+    missing HOME) and holds no cache yet, a private per-user temporary cache is used
+    ($TMPDIR/cutlass_sparse-<uid>/compiled_cache.db, directory 0700 and checked), with
+    one warning naming the path that could not be used.
     """
     env = os.environ
     return _cache_path(env.get("CUTLASS_SPARSE_CACHE"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
@@ -32,10 +38,35 @@ def cache_path() -> Path:
 def _cache_path(explicit: str | None, xdg: str | None, home: str | None) -> Path:
     # Memoized on the variables it reads: pathlib costs tens of microseconds, and every
     # cs.matmul call asks (the path may change between calls, so it is asked each time).
+    # The memo also makes the fallback's warning appear once per setting.
     if explicit:
         return Path(explicit).expanduser()
-    base = xdg or str(Path.home() / ".cache")
-    return Path(base) / "cutlass_sparse" / "compiled_cache.db"
+    try:
+        base = Path(xdg) if xdg else Path(home or Path.home()) / ".cache"
+    except (RuntimeError, KeyError):    # no HOME and no password entry
+        base = Path("$HOME/.cache")
+    preferred = base / "cutlass_sparse" / "compiled_cache.db"
+    # A relative base would put the cache in the working directory: never.
+    if base.is_absolute() and (preferred.exists() or _can_create(preferred.parent)):
+        return preferred
+    fallback = trust.user_temp_dir() / "compiled_cache.db"
+    warnings.warn(f"cannot use the kernel cache {preferred}: its directory "
+                  f"cannot be written; using the private temporary cache {fallback} instead (set "
+                  "CUTLASS_SPARSE_CACHE to a writable path to keep kernels across reboots)", stacklevel=3)
+    return fallback
+
+
+def _dir_writable(path: Path) -> bool:
+    """Whether a directory can take new entries (tests may monkeypatch it: root writes anything)."""
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def _can_create(directory: Path) -> bool:
+    """Whether directory exists writable, or its nearest existing ancestor is a writable directory."""
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            return candidate.is_dir() and _dir_writable(candidate)
+    return False
 
 
 def cache_read_only() -> bool:

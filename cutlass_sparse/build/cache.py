@@ -12,14 +12,15 @@ import hashlib
 import json
 import os
 import sqlite3
-import stat
 import threading
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import env
+from .. import env, trust
+from . import cache_repair
+from ..trust import UnsafeCacheError, UntrustedPathError  # noqa: F401  (raised from here)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kernels (
@@ -54,50 +55,51 @@ def _checksum(cubin: bytes, meta_json: str) -> str:
     return hashlib.sha256(cubin + b"\0" + meta_json.encode()).hexdigest()
 
 
-class UnsafeCacheError(PermissionError):
-    pass
-
-
-def _refuse_if_shared_writable(path: Path) -> None:
-    # A cache others can write is a cache others can fill with kernels we then run.
-    for target in (path, path.parent):
-        if target.exists() and target.stat().st_mode & stat.S_IWOTH:
-            raise UnsafeCacheError(
-                f"refusing to use kernel cache {path}: {target} is writable by other users; "
-                f"run 'chmod o-w {target}' or point CUTLASS_SPARSE_CACHE elsewhere")
+def _writable(path: Path) -> bool:
+    """Whether this process may write path (tests may monkeypatch it: root writes anything)."""
+    return os.access(path, os.W_OK)
 
 
 class KernelCache:
     """One connection per process, shared by its threads under a lock.
 
+    The file, its directory and where any symbolic link leads must be the user's (or
+    root's) and writable by nobody else (trust.check_cache_location), else UnsafeCacheError.
     A database this process may not write (shipped read-only to serving nodes, or
-    read_only=True) is opened read-only; kernels compiled meanwhile live in an in-memory
-    overlay for the life of the process.
+    read_only=True) is opened read-only, immutable when neither it nor its directory can be
+    written; kernels compiled meanwhile live in an in-memory overlay for the life of the
+    process. A damaged file is copied aside once (<name>.corrupt-<ns>) and started afresh.
     """
 
     def __init__(self, path: Path | str | None = None, read_only: bool | None = None):
         self.path = Path(path) if path is not None else env.cache_path()
+        file_writable = not self.path.exists() or _writable(self.path)
+        dir_writable = not self.path.parent.exists() or _writable(self.path.parent)
         if read_only is None:
-            read_only = env.cache_read_only() or (
-                self.path.exists() and not os.access(self.path, os.W_OK)) or (
-                self.path.parent.exists() and not os.access(self.path.parent, os.W_OK))
+            read_only = env.cache_read_only() or not file_writable or not dir_writable
         self.read_only = read_only
+        self._immutable = read_only and not file_writable and not dir_writable
         if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        _refuse_if_shared_writable(self.path)
+            trust.make_cache_dir(self.path.parent)
+        self._real = trust.check_cache_location(self.path)
         self._lock = threading.Lock()
         self._overlay: dict[str, Entry] = {}
         self._overlay_winners: dict[str, tuple[dict, list]] = {}
+        self._identity: tuple[int, int] | None = None
         self._conn = self._open()
+
+    # -- opening, and recovering from a damaged or replaced file ---------------------------
 
     def _open(self) -> sqlite3.Connection | None:
         if self.read_only:
-            if not self.path.exists():
+            if not self._real.exists():
                 return None
+            mode = "?mode=ro&immutable=1" if self._immutable else "?mode=ro"
             try:
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60.0,
+                conn = sqlite3.connect(self._real.as_uri() + mode, uri=True, timeout=60.0,
                                        check_same_thread=False, isolation_level=None)
                 conn.execute("SELECT count(*) FROM kernels").fetchone()
+                self._identity = trust.file_identity(self._real)
                 return conn
             except sqlite3.DatabaseError as exc:
                 warnings.warn(f"read-only kernel cache {self.path} is unreadable ({exc}); compiling into memory")
@@ -107,19 +109,11 @@ class KernelCache:
         except sqlite3.OperationalError:
             raise  # locked past the timeout, or unwritable: never a reason to set the file aside
         except sqlite3.DatabaseError as exc:
-            # A corrupt file is set aside, never silently deleted, and rebuilt.
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
-            try:
-                os.replace(self.path, aside)
-            except FileNotFoundError:
-                pass  # another process set it aside first
-            for suffix in ("-wal", "-shm"):
-                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-            warnings.warn(f"kernel cache {self.path} was unreadable ({exc}); moved to {aside} and rebuilt")
+            self._set_aside(exc)
             return self._connect()
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(self._real, timeout=60.0, check_same_thread=False, isolation_level=None)
         # Switching to WAL takes an exclusive lock and SQLite may answer "locked" without
         # waiting when several processes open a new file at once: retry that, it is no error.
         deadline = time.monotonic() + 60.0
@@ -129,28 +123,76 @@ class KernelCache:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.executescript(SCHEMA)
                 conn.execute("SELECT count(*) FROM kernels").fetchone()
+                self._identity = trust.file_identity(self._real)
                 return conn
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
                     conn.close()
                     raise
                 time.sleep(0.05)
+            except sqlite3.DatabaseError:
+                conn.close()
+                raise
+
+    def _set_aside(self, exc: Exception) -> None:
+        """Move a damaged file (and its WAL) aside for inspection, never delete it; warn once."""
+        still_ours = self._identity is None or trust.file_identity(self._real) == self._identity
+        aside = cache_repair.move_aside(self._real, still_ours)
+        self._identity = None
+        warnings.warn(f"kernel cache {self.path} is damaged, unreadable ({exc}); moved it to {aside} "
+                      "and started a fresh cache", stacklevel=4)
+
+    def _replaced(self) -> bool:
+        """Whether the file we opened is no longer the one at our path (set aside elsewhere)."""
+        return self._identity is not None and trust.file_identity(self._real) != self._identity
+
+    def _query(self, run, default=None):
+        """run(connection) with the lock held; a damaged file is set aside once and run
+        again on a fresh one, a file another process set aside is followed to its successor."""
+        if self._conn is None:
+            return default
+        try:
+            return run(self._conn)
+        except sqlite3.DatabaseError as exc:
+            replaced = self._replaced()
+            if not replaced and not cache_repair.is_corruption(exc):
+                raise
+            if replaced or self.read_only:
+                self._conn.close()
+                self._conn = self._open() if replaced else None
+                if not replaced:
+                    warnings.warn(f"read-only kernel cache {self.path} is damaged ({exc}); compiling into memory",
+                                  stacklevel=3)
+            else:
+                self._reset(exc)
+        return default if self._conn is None else run(self._conn)
+
+    def _reset(self, exc: Exception) -> None:
+        try:
+            aside = cache_repair.empty_in_place(self._conn, self._real, SCHEMA)
+        except sqlite3.DatabaseError:
+            self._conn.close()                # too damaged to rewrite: set it aside whole
+            self._set_aside(exc)
+            self._conn = self._connect()
+            return
+        warnings.warn(f"kernel cache {self.path} is damaged, unreadable ({exc}); copied it to {aside} "
+                      "and started a fresh cache", stacklevel=4)
+
+    # -- kernels --------------------------------------------------------------------------
 
     def get(self, key: str) -> Entry | None:
         with self._lock:
             if key in self._overlay:
                 return self._overlay[key]
-            if self._conn is None:
-                return None
-            row = self._conn.execute(
-                "SELECT name, arch, cubin, meta, checksum FROM kernels WHERE key = ?", (key,)).fetchone()
+            row = self._query(lambda c: c.execute(
+                "SELECT name, arch, cubin, meta, checksum FROM kernels WHERE key = ?", (key,)).fetchone())
             if row is None:
                 return None
             name, arch, cubin, meta_json, checksum = row
             if _checksum(cubin, meta_json) != checksum:
                 warnings.warn(f"kernel cache entry {name} ({key[:12]}) failed its checksum; recompiling")
                 if not self.read_only:
-                    self._conn.execute("DELETE FROM kernels WHERE key = ?", (key,))
+                    self._query(lambda c: c.execute("DELETE FROM kernels WHERE key = ?", (key,)))
                 return None
             return Entry(key, name, arch, bytes(cubin), json.loads(meta_json))
 
@@ -160,10 +202,10 @@ class KernelCache:
             if self.read_only:
                 self._overlay[key] = Entry(key, name, arch, cubin, json.loads(meta_json))
                 return
-            self._conn.execute(
+            self._query(lambda c: c.execute(
                 "INSERT OR REPLACE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key, name, arch, cubin, meta_json, _checksum(cubin, meta_json), time.time()))
+                (key, name, arch, cubin, meta_json, _checksum(cubin, meta_json), time.time())))
 
     # -- profiler winners: signature (JSON) -> choice (JSON) and the measured table ---------
 
@@ -171,10 +213,9 @@ class KernelCache:
         with self._lock:
             if signature in self._overlay_winners:
                 return self._overlay_winners[signature]
-            if self._conn is None or not self._has_winners():
-                return None
-            row = self._conn.execute("SELECT choice, table_json, checksum FROM winners WHERE signature = ?",
-                                     (signature,)).fetchone()
+            row = self._query(lambda c: c.execute(
+                "SELECT choice, table_json, checksum FROM winners WHERE signature = ?", (signature,)).fetchone()
+                if _has_winners(c) else None)
         if row is None:
             return None
         choice, table, checksum = row
@@ -189,32 +230,25 @@ class KernelCache:
             if self.read_only:
                 self._overlay_winners[signature] = (json.loads(choice_json), json.loads(table_json))
                 return
-            self._conn.execute(
+            self._query(lambda c: c.execute(
                 "INSERT OR REPLACE INTO winners (signature, choice, table_json, checksum, created) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (signature, choice_json, table_json, _checksum(choice_json.encode(), signature + table_json),
-                 time.time()))
+                 time.time())))
 
     def winners(self) -> list[tuple[str, dict]]:
         with self._lock:
-            if self._conn is None or not self._has_winners():
-                return []
-            rows = self._conn.execute("SELECT signature, choice FROM winners ORDER BY signature").fetchall()
+            rows = self._query(lambda c: c.execute(
+                "SELECT signature, choice FROM winners ORDER BY signature").fetchall() if _has_winners(c) else [], [])
         return [(sig, json.loads(choice)) for sig, choice in rows]
-
-    def _has_winners(self) -> bool:
-        # A read-only file written by an older version may lack the table.
-        return self._conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'winners'").fetchone() is not None
 
     def rows(self):
         """(key, name, arch, bytes, checksum ok) for every stored entry."""
         with self._lock:
-            if self._conn is None:
-                return []
-            return [(key, name, arch, len(cubin), _checksum(cubin, meta) == checksum)
-                    for key, name, arch, cubin, meta, checksum in self._conn.execute(
-                        "SELECT key, name, arch, cubin, meta, checksum FROM kernels ORDER BY name, arch")]
+            return self._query(lambda c: [
+                (key, name, arch, len(cubin), _checksum(cubin, meta) == checksum)
+                for key, name, arch, cubin, meta, checksum in c.execute(
+                    "SELECT key, name, arch, cubin, meta, checksum FROM kernels ORDER BY name, arch")], [])
 
     def keys(self) -> list[str]:
         return [row[0] for row in self.rows()]
@@ -224,44 +258,37 @@ class KernelCache:
         bad = [key for key, _, _, _, ok in self.rows() if not ok]
         if bad and not self.read_only:
             with self._lock:
-                self._conn.executemany("DELETE FROM kernels WHERE key = ?", [(k,) for k in bad])
+                self._query(lambda c: c.executemany("DELETE FROM kernels WHERE key = ?", [(k,) for k in bad]))
         return bad
 
     def clear(self) -> int:
-        """Remove every kernel and profiler record; returns how many kernels."""
+        """Remove every kernel and profiler record; returns how many kernels. A damaged file
+        is set aside and a fresh one started, so clearing always succeeds."""
         self._require_writable("clear")
         with self._lock:
-            self._conn.execute("DELETE FROM winners")
-            return self._conn.execute("DELETE FROM kernels").rowcount
+            return self._query(lambda c: (c.execute("DELETE FROM winners"),
+                                          c.execute("DELETE FROM kernels").rowcount)[1], 0)
 
     def merge_from(self, other: Path | str) -> int:
         """Copy every intact entry of another cache file that this one lacks; returns how many."""
         self._require_writable("merge into")
+        if not Path(other).is_file():
+            raise FileNotFoundError(f"cannot merge kernel cache {other}: no such file")
         source = KernelCache(other, read_only=True)
-        added = 0
         with source._lock:
-            rows = [] if source._conn is None else source._conn.execute(
-                "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall()
-        with self._lock:
-            for key, name, arch, cubin, meta, checksum, created in rows:
-                if _checksum(cubin, meta) != checksum:
-                    warnings.warn(f"{other}: entry {name} ({key[:12]}) failed its checksum; not merged")
-                    continue
-                cursor = self._conn.execute(
-                    "INSERT OR IGNORE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)", (key, name, arch, cubin, meta, checksum, created))
-                added += cursor.rowcount
-            for signature, choice in source.winners():
-                record = source.get_winner(signature)
-                if record is not None and self._conn.execute(
-                        "SELECT 1 FROM winners WHERE signature = ?", (signature,)).fetchone() is None:
-                    choice_json, table_json = json.dumps(record[0], sort_keys=True), json.dumps(record[1])
-                    self._conn.execute(
-                        "INSERT INTO winners (signature, choice, table_json, checksum, created) VALUES (?, ?, ?, ?, ?)",
-                        (signature, choice_json, table_json,
-                         _checksum(choice_json.encode(), signature + table_json), time.time()))
+            rows = source._query(lambda c: c.execute(
+                "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall(), [])
+        records = [(sig, source.get_winner(sig)) for sig, _ in source.winners()]
         source.close()
-        return added
+        intact = []
+        for row in rows:
+            if _checksum(row[3], row[4]) != row[5]:
+                warnings.warn(f"{other}: entry {row[1]} ({row[0][:12]}) failed its checksum; not merged")
+            else:
+                intact.append(row)
+        winners = [(sig, json.dumps(rec[0], sort_keys=True), json.dumps(rec[1])) for sig, rec in records if rec]
+        with self._lock:
+            return self._query(lambda c: _insert_missing(c, intact, winners), 0)
 
     def _require_writable(self, what: str) -> None:
         if self.read_only or self._conn is None:
@@ -271,6 +298,25 @@ class KernelCache:
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
+                self._conn = None
+
+
+def _has_winners(conn: sqlite3.Connection) -> bool:
+    # A read-only file written by an older version may lack the table.
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'winners'").fetchone() is not None
+
+
+def _insert_missing(conn: sqlite3.Connection, rows: list, winners: list) -> int:
+    added = 0
+    for row in rows:
+        added += conn.execute("INSERT OR IGNORE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
+                              "VALUES (?, ?, ?, ?, ?, ?, ?)", row).rowcount
+    for signature, choice_json, table_json in winners:
+        conn.execute("INSERT OR IGNORE INTO winners (signature, choice, table_json, checksum, created) "
+                     "VALUES (?, ?, ?, ?, ?)", (signature, choice_json, table_json,
+                                                _checksum(choice_json.encode(), signature + table_json), time.time()))
+    return added
 
 
 _default: KernelCache | None = None

@@ -6,11 +6,13 @@ and Program (cuda.core 1.2) takes no named in-memory headers.
 """
 from __future__ import annotations
 
+import re
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import env
+from .. import env, trust
 
 # Options every kernel is compiled with; the arch option is added per call.
 BASE_OPTIONS = (
@@ -107,8 +109,17 @@ def _check(err, what: str) -> None:
 
 
 def dump_source(source: str, name: str) -> Path:
-    directory = Path(tempfile.gettempdir()) / "cutlass_sparse_failed"
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.cu"
-    path.write_text(source)
-    return path
+    """Write a failed kernel's source where its user alone can reach it, and return the path.
+
+    $TMPDIR/cutlass_sparse-<uid>/failed/<name>.cu: both directories created 0700 and checked
+    (ours, no group/other write, no symbolic link); the file is written fresh and renamed
+    into place, so a link planted at that name is replaced, never written through. If the
+    directory fails its check (someone planted it), a fresh private directory is used.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:200] or "kernel"
+    try:
+        directory = trust.private_dir(trust.user_temp_dir() / "failed")
+    except trust.UnsafeCacheError as exc:
+        directory = Path(tempfile.mkdtemp(prefix="cutlass_sparse-failed-"))
+        warnings.warn(f"{exc}; failed source written to {directory} instead")
+    return trust.write_new_file(directory, f"{safe}.cu", source.encode())

@@ -1,0 +1,140 @@
+"""Which files and directories the kernel cache may trust, and private per-user directories.
+
+A cubin runs on the GPU with the user's rights, so the cache file, its directory and
+anything a symbolic link leads to must be owned by the user (or root) and writable by
+nobody else. Standard library only; imports nothing from the package, so every floor
+(env, build) may use it.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+
+class UnsafeCacheError(PermissionError):
+    """A cache location others could have written: refused, never used."""
+
+
+class UntrustedPathError(UnsafeCacheError):
+    """A named path breaks a named rule; the message says how to fix it."""
+
+    def __init__(self, path: Path, rule: str, fix: str, used_for: Path | None = None):
+        self.path, self.rule, self.fix = Path(path), rule, fix
+        subject = f"refusing to use {used_for}: " if used_for is not None and Path(used_for) != Path(path) else \
+            "refusing to use "
+        super().__init__(f"{subject}{path} {rule}; {fix}")
+
+
+def current_uid() -> int:
+    """The user whose files we trust (tests may monkeypatch it)."""
+    return os.geteuid()
+
+
+def _owner_uid(st: os.stat_result) -> int:
+    """The owner of a stat result (tests may monkeypatch it to fake another owner)."""
+    return st.st_uid
+
+
+def _trusted_owner(st: os.stat_result) -> bool:
+    # root may replace any file the user runs anyway, so a root-owned file (a cache shipped
+    # read-only in an image) is as trustworthy as one of the user's own.
+    return _owner_uid(st) in (current_uid(), 0)
+
+
+_ELSEWHERE = "or set CUTLASS_SPARSE_CACHE to a file in a directory only you can write"
+
+
+def check_owned_private(path: Path, used_for: Path | None = None, kind: str = "file") -> None:
+    """Refuse path (following links) unless owned by us or root and not group/other writable."""
+    st = os.stat(path)
+    if not _trusted_owner(st):
+        raise UntrustedPathError(
+            path, f"is owned by uid {_owner_uid(st)}, not by you (uid {current_uid()}): its {kind} "
+                  "could hold kernels someone else chose",
+            f"use a {kind} you own (chown {current_uid()} {path}) {_ELSEWHERE}", used_for)
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        # A shared directory such as /tmp (sticky, or not ours) is not to be chmod-ed: move.
+        shared = st.st_mode & stat.S_ISVTX or _owner_uid(st) != current_uid()
+        fix = f"set CUTLASS_SPARSE_CACHE to a file in a directory only you can write (e.g. " \
+              f"~/.cache/cutlass_sparse/compiled_cache.db)" if shared else f"run 'chmod go-w {path}' {_ELSEWHERE}"
+        raise UntrustedPathError(
+            path, f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}: its group or "
+                  "others may write it)", fix, used_for)
+
+
+def check_cache_location(path: Path) -> Path:
+    """Check a cache file (if it exists), its directory, and where symbolic links lead;
+    returns the real path to open. Raises UntrustedPathError."""
+    path = Path(path)
+    real = Path(os.path.realpath(path))
+    dirs = dict.fromkeys([path.parent, real.parent])      # where the link lives, where it leads
+    for directory in dirs:
+        if directory.exists():
+            check_owned_private(directory, path, "directory")
+    for candidate in (real, Path(f"{real}-wal"), Path(f"{real}-shm")):
+        if candidate.exists():
+            check_owned_private(candidate, path, "file")
+    return real
+
+
+def private_dir(path: Path) -> Path:
+    """Create (mode 0700) or accept a directory only we own and write; never a symbolic link."""
+    path = Path(path)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UntrustedPathError(path, "is not a directory of its own (a symbolic link or a file someone "
+                                       "may have planted)", f"remove it (rm {path}) and run again")
+    if _owner_uid(st) != current_uid():
+        raise UntrustedPathError(path, f"is owned by uid {_owner_uid(st)}, not by you (uid {current_uid()})",
+                                 f"remove it or set TMPDIR to a directory of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UntrustedPathError(path, f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})",
+                                 f"run 'chmod 700 {path}'")
+    return path
+
+
+def user_temp_dir() -> Path:
+    """$TMPDIR/cutlass_sparse-<uid>: created 0700 and checked."""
+    return private_dir(Path(tempfile.gettempdir()) / f"cutlass_sparse-{current_uid()}")
+
+
+def write_new_file(directory: Path, name: str, data: bytes) -> Path:
+    """Write directory/name without following a link planted at that name: a fresh file
+    (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600) renamed over it."""
+    target = Path(directory) / name
+    temp = Path(directory) / f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(temp, target)     # a rename replaces a link at target, never writes through it
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def make_cache_dir(directory: Path) -> None:
+    """mkdir -p (the last level 0700), or an error naming the directory and CUTLASS_SPARSE_CACHE."""
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise PermissionError(
+            f"cannot create the kernel cache directory {directory} ({exc.strerror or exc}); set "
+            "CUTLASS_SPARSE_CACHE to a file in a directory you can write, or CUTLASS_SPARSE_CACHE_READONLY=1 "
+            "to use an existing cache without writing") from exc
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at path now, None if there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
