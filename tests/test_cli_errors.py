@@ -238,3 +238,22 @@ def test_compile_only_activation_reaches_the_gemm(places):
     assert "compiled in" in relu.stdout   # a different kernel from the identity one: not a cache hit
     listed = cli(places, ["cache", "ls"]).stdout.splitlines()
     assert len(listed) == 2, listed
+
+
+def test_bad_command_lines_lose_no_cache_entry(places):
+    """The whole fuzz again, against a cache holding entries and a profiler record: every
+    line is still one clear error, and afterwards every entry is there, checksum intact."""
+    from cutlass_sparse.build.cache import KernelCache
+
+    db = places["cache_dir"] / "cache.db"
+    cache = KernelCache(db)
+    for i in range(5):
+        cache.put(f"key{i}", f"kernel{i}", "sm_90a", bytes([i]) * 1000, {"constants": {}, "compile_seconds": 0.0})
+    cache.put_winner("signature", {"name": "tile"}, [])
+    before = sorted(cache.keys())
+    cache.close()
+    for _, args, mention in BAD:
+        assert_usage_error(cli(places, args), mention)
+    after = KernelCache(db)
+    assert sorted(after.keys()) == before and after.verify() == [] and len(after.winners()) == 1
+    assert not list(places["cwd"].iterdir())
