@@ -58,7 +58,3 @@ def get(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Plan | 
                 _plans.popitem(last=False)
     return plan
 
-
-def clear() -> None:
-    with _lock:
-        _plans.clear()
