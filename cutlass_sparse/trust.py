@@ -57,8 +57,8 @@ def check_owned_private(path: Path, used_for: Path | None = None, kind: str = "f
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         # A shared directory such as /tmp (sticky, or not ours) is not to be chmod-ed: move.
         shared = st.st_mode & stat.S_ISVTX or _owner_uid(st) != current_uid()
-        fix = f"set CUTLASS_SPARSE_CACHE to a file in a directory only you can write (e.g. " \
-              f"~/.cache/cutlass_sparse/compiled_cache.db)" if shared else f"run 'chmod go-w {path}' {_ELSEWHERE}"
+        fix = "set CUTLASS_SPARSE_CACHE to a file in a directory only you can write (e.g. " \
+              "~/.cache/cutlass_sparse/compiled_cache.db)" if shared else f"run 'chmod go-w {path}' {_ELSEWHERE}"
         raise UntrustedPathError(
             path, f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}: its group or "
                   "others may write it)", fix, used_for)
@@ -92,7 +92,7 @@ def private_dir(path: Path) -> Path:
                                        "may have planted)", f"remove it (rm {path}) and run again")
     if _owner_uid(st) != current_uid():
         raise UntrustedPathError(path, f"is owned by uid {_owner_uid(st)}, not by you (uid {current_uid()})",
-                                 f"remove it or set TMPDIR to a directory of your own")
+                                 "remove it or set TMPDIR to a directory of your own")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise UntrustedPathError(path, f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})",
                                  f"run 'chmod 700 {path}'")
