@@ -9,9 +9,10 @@
   around 20 blocks queued back to back (host overhead included, as a user pays it);
 - a 32-layer decode loop (the same block 32 times per token step) at 1 and 16 tokens;
 - odd shapes against their even neighbours: N = 4095 vs 4096 and 7 vs 8;
-- a loop over N = 1..512 (every N new to the plan cache, after a warm-up pass over one N
-  per range): host time per call and how many calls waited for the GPU (a spin kernel
-  keeps the GPU busy; a call that takes longer than 5 ms waited for it).
+- a loop over N = 1..512 (every N new to the plan cache, after a warm-up pass over the N
+  ranges, an aligned and an unaligned N each): host time per call and how many calls
+  waited for the GPU (a spin kernel keeps the GPU busy; a call that takes longer than 5 ms
+  waited for it); results checked at every 37th N.
 
     python scripts/bench_eager.py [--json out.json] [--quick]
 """
@@ -153,26 +154,32 @@ def odd_rows(torch, cs):
 
 
 def new_n_row(torch, cs):
-    w = cs.prune_2to4(torch.randn(4096, 4096, device="cuda").half())
+    w = cs.prune_2to4(torch.randn(4096, 4096, device="cuda").half() * 0.02)
     sw = cs.compress(w)
     xs = {n: torch.randn(n, 4096, device="cuda").half() for n in NEW_N}
-    for n in (1, 8, 16, 32, 64, 128, 256, 512):      # warm-up: one N per range (kernels loaded)
+    # warm-up: one pass over the N ranges (selection.n_range), an aligned and an unaligned N each
+    warm = sorted({1} | {end - d for end in (16, 32, 64, 128, 256, 512) for d in (0, 1)})
+    for n in warm:
         cs.linear(xs[n], sw)
     torch.cuda.synchronize()
     busy = torch.cuda.Event()
-    times, waits = [], 0
+    times, waits, results = [], 0, {}
     for n in NEW_N:
         if busy.query():       # keep the GPU busy so a synchronizing call shows as a wait
             spin(torch, 20)
             busy.record()
         start = time.perf_counter()
-        cs.linear(xs[n], sw)
+        y = cs.linear(xs[n], sw)
         took = time.perf_counter() - start
         waits += took > 5e-3
         times.append(took * 1e6)
+        if n % 37 == 1:
+            results[n] = y
     torch.cuda.synchronize()
-    return {"calls": len(times), "median_host_us": statistics.median(times), "mean_host_us": statistics.mean(times),
-            "calls_that_waited_for_the_gpu": waits}
+    worst = max(relative_error(y, xs[n].float() @ w.float().T) for n, y in results.items())
+    return {"calls": len(times), "warm_up_n": warm, "median_host_us": statistics.median(times),
+            "mean_host_us": statistics.mean(times), "calls_that_waited_for_the_gpu": waits,
+            "checked_n": sorted(results), "worst_rel_err": worst, "ok": worst < 2e-2}
 
 
 def profile_decode(torch, cs, tokens: int = 16) -> None:
@@ -233,12 +240,13 @@ def main(argv=None) -> int:
     r = results["new_n"]
     print(f"\nnew N every call (cs.linear, 4096x4096 weight, N = 1..512): host {r['median_host_us']:.1f} us median, "
           f"{r['mean_host_us']:.1f} us mean; {r['calls_that_waited_for_the_gpu']} of {r['calls']} calls waited "
-          f"for the GPU")
+          f"for the GPU (warm-up N {r['warm_up_n']}); results checked at N {r['checked_n']}: "
+          f"{'ok' if r['ok'] else 'WRONG'} ({r['worst_rel_err']:.1e})")
     if args.cprofile:
         profile_decode(torch, cs)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
-    ok = all(r["ok"] for r in results["mlp"] + results["odd"])
+    ok = all(r["ok"] for r in results["mlp"] + results["odd"] + [results["new_n"]])
     return 0 if ok else 1
 
 

@@ -88,5 +88,11 @@ def problem_of(case: Case, sm_count: int = 132):
         # a single column with unit row stride reads as column-major, leading dimension K
         x = Operand("col", case.k, x.align)
     out = None if case.out_store in ("none", "col") else operand("row", case.n, case.out_store)
+    if case.family == "sm90" and case.out_store == "col":
+        out = Operand("col", case.m, 16)   # written in place: sm90 writes D column-major too
+    elif case.out_store == "col":
+        out = None                         # sm80: computed row-major, then copied in
+    elif case.family == "sm90" and case.n == 1 and case.m > 1 and case.out_store in ("contiguous", "offset"):
+        out = Operand("col", case.m, out.align)   # an [M, 1] column reads as column-major
     return Problem(case.family, case.m, case.n, case.k, case.dtype, case.dtype, x, out, None, Epilogue(),
                    None, None, 0, "sm_90", sm_count)

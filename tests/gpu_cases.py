@@ -94,9 +94,9 @@ def issue4_configs(family: str, sm_count: int = 132):
     for activation in ACTIVATIONS:
         yield dataclasses.replace(base(256, 64, 512, "f16", "row"), activation=activation)
     yield dataclasses.replace(base(200, 64, 256, "f16", "row"), activation="relu")
-    yield dataclasses.replace(base(192, 40, 256, "f16", "col"), activation="silu")     # linear
-    if family == "sm90":
+    if family == "sm90":   # cs.linear writes D column-major on sm90: its kernels are planned (linear_problems)
         return
+    yield dataclasses.replace(base(192, 40, 256, "f16", "col"), activation="silu")     # linear
     for m, n, k in SM80_SPLIT_SHAPES:
         config = base(m, n, k, "f16", "row")
         yield config
@@ -143,9 +143,11 @@ def planned_configs(problems) -> list[tuple[object, str]]:
         return kernels.CompiledKernel(config, arch, f"planned-{config.name}-{arch}", b"",
                                       {"shared_bytes": 0, "threads": 128, "params_bytes": 8})
 
+    plans.clear()
     with mock.patch.object(kernels, "get", record):
         for problem in problems:
             plans.make(problem)
+    plans.clear()   # the plans hold stand-in kernels
     sm80.resolve.cache_clear()
     sm80.resolve_reduction.cache_clear()
     return list(dict.fromkeys(seen))
@@ -185,7 +187,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
                 selection_config(m, n, k, "f16", family, sm_count))
     swept = planned_configs([any_shape_cases.problem_of(case, sm_count)
                              for family in ("sm80", "sm90") for case in any_shape_cases.cases(family)]
-                            + eager_problems(script("bench_eager.py"), sm_count))
+                            + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count))
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
 
@@ -196,22 +198,38 @@ def selection_config(m, n, k, dtype, family, sm_count):
     return selection.config_for_shape(m, n, k, dtype, dtype, "row", sm_count, family)
 
 
-def eager_problems(bench, sm_count: int = 132):
-    """The sm90 problems scripts/bench_eager.py runs (cs.linear reads x.T column-major; a
-    down-projection reads the up-projection's [hidden, tokens] result row-major)."""
+def linear_problem(m, n, k, activation="identity", sm_count=132, element="f16"):
+    """What cs.linear asks of the sm90 family: x.T column-major, D column-major."""
     from cutlass_sparse.describe.problem import Problem
 
-    def problem(m, n, k, layout, activation="identity"):
-        return Problem.contiguous("sm90", m, n, k, layout_b=layout, activation=activation, sm_count=sm_count)
+    return Problem.contiguous("sm90", m, n, k, element=element, layout_b="col", activation=activation,
+                              sm_count=sm_count, out_layout="col")
+
+
+def linear_problems(sm_count: int = 132):
+    """The sm90 cs.linear calls of the GPU tests (test_gpu_epilogue_split_k, test_gpu_torch)."""
+    return [linear_problem(192, 40, 256, "silu", sm_count)] + [
+        linear_problem(256, 7, 512, "relu", sm_count, element) for element in DTYPES]
+
+
+def eager_problems(bench, sm_count: int = 132):
+    """The sm90 problems scripts/bench_eager.py runs (cs.linear reads x.T column-major and
+    writes D column-major, so a down-projection reads the up-projection's result
+    column-major too)."""
+    from cutlass_sparse.describe.problem import Problem
+
+    def problem(m, n, k, layout):
+        return Problem.contiguous("sm90", m, n, k, layout_b=layout, sm_count=sm_count)
 
     m, n, k = bench.HOST_SHAPE
-    found = [problem(m, n, k, "row"), problem(m, n, k, "col")]
+    found = [problem(m, n, k, "row"), problem(m, n, k, "col"), linear_problem(m, n, k, sm_count=sm_count)]
     for width, hidden in bench.MLP_SHAPES:
         for tokens in bench.TOKENS + bench.DECODE_TOKENS:
-            found += [problem(hidden, tokens, width, "col", bench.ACTIVATION), problem(width, tokens, hidden, "row")]
+            found += [linear_problem(hidden, tokens, width, bench.ACTIVATION, sm_count),
+                      linear_problem(width, tokens, hidden, sm_count=sm_count)]
     for m, n, k in bench.ODD_PAIRS:
         found += [problem(m, n, k, "row"), problem(m, n + 1, k, "row")]
-    found += [problem(4096, n, 4096, "col") for n in bench.NEW_N]
+    found += [linear_problem(4096, n, 4096, sm_count=sm_count) for n in bench.NEW_N]
     return found
 
 

@@ -3,22 +3,32 @@ classes, dtypes, options and device is the same Problem, so it skips the checks 
 Problem building and runs the plan it had: one dict lookup on a key of raw attributes,
 then the plan's own launch (pointers are the only thing that changed).
 
-Only plain calls take it (a 2-D CuPy x, a SparseMatrix on the device, no c, workspace,
+A call whose N is new finds the plan of an earlier call of its class: the same operands
+but for N, laid out the same way (x [K, N] and out [M, N], each compact row- or
+column-major), N in the same range (selection.n_range) and as aligned. Its
+Problem is that call's with N replaced, and its plan is made around the same kernel
+(plan.plans): no checks, no selection, no device synchronization.
+
+Only plain calls take it (a 2-D x, a SparseMatrix on the device, no c, bias, workspace,
 info or profiling); a call whose operands the api staged itself (a strided x, an out that
 is not row-major) is never remembered. A new profiler record empties it.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 
-from ..describe import dtypes
+from ..describe import dtypes, selection
+from ..describe.problem import Operand
 from ..formats.matrices import SparseMatrix
+from ..plan import plans
 from ..profiler import records
 from . import interop, operands
 
 MAX_ENTRIES = 1024
 
-_entries: dict[tuple, tuple] = {}
+_entries: dict[tuple, tuple] = {}      # exact key -> (plan, problem)
+_classes: dict[tuple, tuple] = {}      # class key -> (plan, problem) of its latest call
 _lock = threading.Lock()
 _generation = records.generation
 _ndarray = None
@@ -33,87 +43,136 @@ def _array_type():
     return _ndarray
 
 
-def key(sw, x, out, bias, options: tuple) -> tuple | None:
-    """The fast key of a call, or None when the fast path does not take it."""
-    ndarray = _array_type()
-    if type(x) is not ndarray or type(sw) is not SparseMatrix or type(sw.values) is not ndarray:
+def _head(sw):
+    """The weight's part of a key, or None when the fast path does not take sw."""
+    if type(sw) is not SparseMatrix or type(sw.values) is not _array_type():
         return None
-    data = x.data
-    found = (sw.shape, sw.dtype, sw.layout, sw.values.data.device_id, x.shape, x.strides, x.dtype,
-             data.ptr & 15, data.device_id, options)
+    return sw.shape, sw.dtype, sw.layout, sw.values.data.device_id
+
+
+def _cupy_attrs(array):
+    data = array.data
+    return array.shape, array.strides, array.dtype, data.ptr & 15, data.device_id
+
+
+def torch_attrs(tensor):
+    """(shape, byte strides, NumPy dtype, address mod 16, device) of a 2-D CUDA tensor, or None."""
+    dtype = interop.numpy_dtype(tensor.dtype)
+    if dtype is None or not tensor.is_cuda or tensor.dim() != 2:
+        return None
+    item = dtype.itemsize
+    return tensor.shape, tuple(s * item for s in tensor.stride()), dtype, tensor.data_ptr() & 15, tensor.get_device()
+
+
+def key(sw, x, out, bias, options: tuple) -> tuple | None:
+    """The fast key of a CuPy call, or None when the fast path does not take it."""
+    head = _head(sw)
+    ndarray = _array_type()
+    if head is None or type(x) is not ndarray:
+        return None
+    found = (*head, *_cupy_attrs(x), options)
     for array in (out, bias):
         if array is None:
             found += (None,)
         elif type(array) is not ndarray:
             return None
         else:
-            data = array.data
-            found += ((array.shape, array.strides, array.dtype, data.ptr & 15, data.device_id),)
+            found += (_cupy_attrs(array),)
     return found
 
 
-def torch_key(sw, x, out, bias, options: tuple) -> tuple | None:
-    """The same key for torch CUDA tensors, read off the tensors themselves (no CuPy view)."""
-    ndarray = _array_type()
-    if type(sw) is not SparseMatrix or type(sw.values) is not ndarray:
+def torch_key(sw, x, out, options: tuple) -> tuple | None:
+    """The same key for torch CUDA tensors (no bias), read off the tensors themselves: equal
+    to key() of CuPy views of them, so a call that went the full path is found here."""
+    head = _head(sw)
+    x_attrs = None if head is None else torch_attrs(x)
+    out_attrs = None if out is None else torch_attrs(out)
+    if x_attrs is None or (out is not None and out_attrs is None):
         return None
-    found = (sw.shape, sw.dtype, sw.layout, sw.values.data.device_id)
-    for index, tensor in enumerate((x, out, bias)):
-        if tensor is None:
-            found += (None,)
-            continue
-        if not interop.is_torch(tensor) or not tensor.is_cuda:
-            return None
-        dtype = interop.numpy_dtype(tensor.dtype)
-        if dtype is None:
-            return None
-        attrs = (tensor.shape, tuple(s * dtype.itemsize for s in tensor.stride()), dtype,
-                 tensor.data_ptr() & 15, tensor.device.index)
-        found += (*attrs, options) if index == 0 else (attrs,)
-    return found
+    return (*head, *x_attrs, options, out_attrs, None)
 
 
-def torch_run(entry: tuple, sw, x, out):
-    """A direct torch call that hit `entry`: torch allocates D, the plan launches from
-    pointers on torch's current stream. None when the plan is not direct (the caller
-    takes the full path)."""
-    plan, problem = entry
-    if not plan.direct or problem.epilogue.reads_c:
+# A key's fields: head (4), x (5: shape, strides, dtype, align, device), options, out, bias.
+_X_SHAPE, _X_STRIDES, _OPTIONS, _OUT, _BIAS = 4, 5, 9, 10, 11
+
+
+def _compact(shape, strides, item) -> str | None:
+    """'C' for a compact row-major 2-D array, 'F' for compact column-major, else None."""
+    rows, cols = shape
+    if strides == (cols * item, item):
+        return "C"
+    if strides == (item, rows * item):
+        return "F"
+    return None
+
+
+def class_key(fast_key: tuple) -> tuple | None:
+    """The class of a call (see the module docstring): its key without N, or None."""
+    if fast_key[_BIAS] is not None or len(fast_key[_X_SHAPE]) != 2:
         return None
-    import torch
+    (k, n), item = fast_key[_X_SHAPE], fast_key[6].itemsize
+    x_kind = _compact((k, n), fast_key[_X_STRIDES], item)
+    out = fast_key[_OUT]
+    if out is not None:   # the [M, N] of this call's own N, compact
+        out_kind = _compact(out[0], out[1], out[2].itemsize)
+        if out[0] != (fast_key[0][0], n) or out_kind is None:
+            return None
+        out = (out_kind, *out[2:])
+    if x_kind is None or n == 0:
+        return None
+    return (*fast_key[:4], k, x_kind, *fast_key[6:9], fast_key[_OPTIONS], out,
+            selection.n_range(n), n % 8 == 0, n == 1)
 
-    if out is None:
-        out = torch.empty((problem.m, problem.n), dtype=interop.torch_dtype(dtypes.numpy_dtype(problem.element_out)),
-                          device=x.device)
-    import cupy
 
-    index = x.device.index
-    if cupy.cuda.runtime.getDevice() == index:
-        with interop.torch_stream(index):
-            plan.launch_direct(sw, x.data_ptr(), out.data_ptr())
-    else:
-        with cupy.cuda.Device(index), interop.torch_stream(index):
-            plan.launch_direct(sw, x.data_ptr(), out.data_ptr())
-    return out
+def _for_n(entry: tuple, fast_key: tuple) -> tuple:
+    """The plan and Problem for a call of an entry's class with its own N."""
+    _, problem = entry
+    n = fast_key[_X_SHAPE][1]
+    x = problem.x
+    if x.layout == "row":
+        x = Operand("row", n, x.align)
+    out = problem.out
+    if out is not None and out.layout == "row":
+        out = Operand("row", n, out.align)
+    problem = dataclasses.replace(problem, n=n, x=x, out=out)
+    return plans.get(problem), problem
 
 
 def lookup(fast_key: tuple):
+    """The (plan, problem) for a key: remembered, else made from its class's, else None."""
     global _generation
     if _generation != records.generation:
         with _lock:
             _entries.clear()
+            _classes.clear()
             _generation = records.generation
-    return _entries.get(fast_key)
+    entry = _entries.get(fast_key)
+    if entry is not None:
+        return entry
+    klass = class_key(fast_key)
+    sibling = None if klass is None else _classes.get(klass)
+    if sibling is None:
+        return None
+    entry = _for_n(sibling, fast_key)
+    _keep(fast_key, entry, klass)
+    return entry
+
+
+def _keep(fast_key: tuple, entry: tuple, klass: tuple | None) -> None:
+    with _lock:
+        if len(_entries) >= MAX_ENTRIES:
+            _entries.clear()
+            _classes.clear()
+        _entries[fast_key] = entry
+        if klass is not None:
+            _classes[klass] = entry
 
 
 def remember(fast_key: tuple, call: operands.GemmCall, x, out, plan) -> None:
     """Keep a plan for calls like this one, if the api staged nothing for it."""
     if call.x is not x or call.out is not out or call.out_target is not None or call.c is not None:
         return
-    with _lock:
-        if len(_entries) >= MAX_ENTRIES:
-            _entries.clear()
-        _entries[fast_key] = (plan, call.problem)
+    _keep(fast_key, (plan, call.problem), class_key(fast_key))
 
 
 def run(entry: tuple, sw, x, out, bias):
@@ -127,9 +186,29 @@ def run(entry: tuple, sw, x, out, bias):
         return plan.run(sw, x, out, _bias_c(problem, bias), None)
 
 
+def torch_run(entry: tuple, sw, x, out):
+    """A torch call that hit `entry`, into the torch `out`, on torch's current stream: a
+    direct plan launches from the tensors' pointers; others run on CuPy views."""
+    import cupy
+
+    plan, problem = entry
+    index = problem.device_id
+    stream = interop.torch_stream(index)
+    if cupy.cuda.runtime.getDevice() != index:
+        with cupy.cuda.Device(index):
+            return torch_run(entry, sw, x, out)
+    if plan.direct and not problem.epilogue.reads_c:
+        plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream)
+    else:
+        with stream:
+            plan.run(sw, interop.to_array(x), interop.to_array(out), None, None)
+    return out
+
+
 def _bias_c(problem, bias):
     """C with the bias folded in, as on the full path (the same checks passed for this key)."""
     if bias is None:
         return None
     p = problem
-    return operands.with_bias(bias, None, 0.0, p.m, p.n, dtypes.numpy_dtype(p.element_out), p.device_id)
+    return operands.with_bias(bias, None, 0.0, p.m, p.n, dtypes.numpy_dtype(p.element_out), p.device_id,
+                              p.c.layout)

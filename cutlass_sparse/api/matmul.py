@@ -15,47 +15,55 @@ from . import batched, eager, operands
 from .interop import is_torch, torch_io
 
 
-def _torch_out(sw, x, *, out_dtype=None, **_):
-    """For torch operands: the [M, N] torch tensor a 2-D call writes, allocated by torch."""
+_TORCH_OUT = {}   # our output type name -> torch dtype, filled on the first torch call
+
+
+def _torch_out(sw, x, *, out_dtype=None, tokens_major=False, **_):
+    """For torch operands: the [M, N] torch tensor a 2-D call writes, allocated by torch
+    (tokens_major: its transpose, [N, M])."""
     import torch
 
     if not (isinstance(sw, SparseMatrix) and is_torch(x) and x.is_cuda and x.dim() == 2):
         return None
-    names = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "s8": torch.int8, "s32": torch.int32}
     if out_dtype is None:
         dtype = torch.int32 if x.dtype == torch.int8 else x.dtype
     else:
+        if not _TORCH_OUT:
+            _TORCH_OUT.update(f16=torch.float16, bf16=torch.bfloat16, f32=torch.float32, s8=torch.int8,
+                              s32=torch.int32)
         try:
-            dtype = names[dtypes.parse(out_dtype)]
+            dtype = _TORCH_OUT[dtypes.parse(out_dtype)]
         except (KeyError, ValueError):
             return None   # cs.matmul says what is wrong with it
-    return torch.empty((sw.shape[0], x.shape[1]), dtype=dtype, device=x.device)
+    shape = (x.shape[1], sw.shape[0]) if tokens_major else (sw.shape[0], x.shape[1])
+    return torch.empty(shape, dtype=dtype, device=x.device)
 
 
 _FAST_OPTIONS = {"alpha": 1.0, "beta": 0.0, "activation": "identity", "leaky_slope": 0.01, "out_dtype": None,
                  "config": None, "family": None, "split_k": None, "split_k_mode": None}
+_DEFAULT_OPTIONS = tuple(_FAST_OPTIONS.values())
 
 
 def _torch_fast_path(fn):
-    """A torch call that repeats an earlier one runs from the tensors' own attributes and
-    pointers (api.eager.torch_key), with no CuPy view made; others go on to `fn`."""
+    """A torch call that repeats an earlier one (or its class, api.eager) runs from the
+    tensors' own attributes and pointers, with no CuPy view made; others go on to `fn`."""
     @functools.wraps(fn)
     def wrapper(sw, x, **kwargs):
-        others = [k for k, v in kwargs.items()
-                  if k not in _FAST_OPTIONS and k != "out" and v is not None and v is not False]
-        if is_torch(x) and not others:
-            if kwargs.get("out") is None:
-                out = _torch_out(sw, x, **kwargs)
-                if out is None:
-                    return fn(sw, x, **kwargs)
-                kwargs["out"] = out   # a miss runs with it too, so its plan is kept under this key
-            options = tuple(kwargs.get(name, default) for name, default in _FAST_OPTIONS.items())
-            fast = eager.torch_key(sw, x, kwargs["out"], None, options)
-            entry = None if fast is None else eager.lookup(fast)
-            if entry is not None:
-                done = eager.torch_run(entry, sw, x, kwargs["out"])
-                if done is not None:
-                    return done
+        if not is_torch(x) or any(k not in _FAST_OPTIONS and k != "out" and v is not None and v is not False
+                                  for k, v in kwargs.items()):
+            return fn(sw, x, **kwargs)
+        out = kwargs.get("out")
+        if out is None:
+            out = _torch_out(sw, x, **kwargs)
+            if out is None:
+                return fn(sw, x, **kwargs)
+            kwargs["out"] = out   # a miss runs with it too, so its plan is kept under this key
+        options = tuple(kwargs.get(name, default) for name, default in _FAST_OPTIONS.items()) \
+            if len(kwargs) > 1 else _DEFAULT_OPTIONS
+        fast = eager.torch_key(sw, x, out, options)
+        entry = None if fast is None else eager.lookup(fast)
+        if entry is not None:
+            return eager.torch_run(entry, sw, x, out)
         return fn(sw, x, **kwargs)
     return wrapper
 
@@ -207,10 +215,11 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
     """A Linear layer with a 2:4 sparse weight: activation(x @ w.T + bias).
 
     x: [tokens, K] device array; sw: the compressed weight [features, K]; bias: [features].
-    Computed as w @ x.T, which reads x in place (x.T is column-major) and writes
-    [features, tokens] row-major: the result is its transpose, a [tokens, features] view
-    with no copy (Fortran-ordered; its .T is contiguous, and a following cs.linear reads
-    it as it is). Other options go to cs.matmul.
+    Computed as w @ x.T, which reads x in place (x.T is column-major). On the sm90 family
+    D is written column-major, so the result is a contiguous [tokens, features] array for
+    any token count; on sm80 (row-major D only) it is the transpose of the [features,
+    tokens] result, a Fortran-ordered view with no copy (a following cs.linear reads either
+    as it is). Other options go to cs.matmul (out=: the [features, tokens] array it writes).
     """
     if not isinstance(sw, SparseMatrix):
         raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (one weight), got {type(sw).__name__}")
@@ -218,4 +227,25 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
         x = operands.as_device_array(x, "x")
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D [tokens, K], got shape {tuple(x.shape)}")
+    if "out" not in options and (options.get("family") or sw.layout) == "sm90":
+        # The sm90 kernels write D column-major: a contiguous [tokens, features] result,
+        # whatever the token count (a row-major D needs N in whole 16-byte vectors).
+        tokens_major = _linear_out(sw, x, options.get("out_dtype"))
+        if tokens_major is not None:
+            options["out"] = tokens_major.T
     return matmul(sw, x.T, bias=bias, activation=activation, **options).T
+
+
+def _linear_out(sw, x, out_dtype):
+    """The [tokens, features] array cs.linear writes (its .T is matmul's column-major out),
+    or None where matmul should allocate (an out_dtype matmul will refuse)."""
+    if is_torch(x):
+        return _torch_out(sw, x.T, out_dtype=out_dtype, tokens_major=True)
+    import cupy
+
+    try:
+        element_out = operands.output_type(dtypes.operand_name(sw.dtype), out_dtype)
+    except (TypeError, ValueError):
+        return None
+    with cupy.cuda.Device(x.device.id):
+        return cupy.empty((x.shape[0], sw.shape[0]), dtype=dtypes.numpy_dtype(element_out))

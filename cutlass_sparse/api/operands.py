@@ -58,6 +58,34 @@ def _contiguous(array):
     return cupy.ascontiguousarray(array)
 
 
+def _fortran(array):
+    """A column-major copy (a bit copy)."""
+    import cupy
+
+    return cupy.asfortranarray(array)
+
+
+def output_layout(array, family: str, n: int) -> tuple[str, int] | None:
+    """How the kernels can write (or read, for C) an [M, N] array in place, as (layout,
+    leading dimension): row-major; for sm90 also column-major (M contiguous), taken where
+    the row-major reading of the array would not suit TMA (an [M, 1] column reads both
+    ways). None: neither (the library computes into its own buffer and copies)."""
+    item = array.dtype.itemsize
+    layout = matrix_layout(array)
+    if is_row_major(array):
+        ld = row_stride(array, n)
+        if family != "sm90" or layout is None or layout[0] == "row" or (ld * item) % 16 == 0 == (n * item) % 16:
+            return "row", ld
+    if family == "sm90" and layout is not None and layout[0] == "col":
+        return layout
+    return None
+
+
+def output_operand(array, family: str, n: int) -> Operand | None:
+    layout = output_layout(array, family, n)
+    return None if layout is None else _operand(array, *layout)
+
+
 def check_same_device(array, what: str, device_id: int) -> None:
     if array.device.id != device_id:
         raise ValueError(f"{what} is on device {array.device.id}, but x is on device {device_id}")
@@ -123,8 +151,9 @@ def check_int8(element_out: str, activation: str, split_k, split_k_mode) -> None
                          "sums; the parallel reduction sums float32 partials)")
 
 
-def with_bias(bias, c, beta, m, n, np_out, device_id):
-    """C for the epilogue with a bias folded in: bias broadcast to [M, N] (+ beta * c)."""
+def with_bias(bias, c, beta, m, n, np_out, device_id, layout: str = "row"):
+    """C for the epilogue with a bias folded in: bias broadcast to [M, N] (+ beta * c), in
+    D's layout."""
     import cupy
 
     bias = as_device_array(bias, "bias")
@@ -140,11 +169,12 @@ def with_bias(bias, c, beta, m, n, np_out, device_id):
                          f"or [1, {n}] (one per column)")
     # A bit copy, so it works for bf16, which CuPy cannot compute in.
     bits = np.dtype(f"u{np_out.itemsize}")
-    full = cupy.empty((m, n), dtype=np_out)
+    full = cupy.empty((m, n), dtype=np_out) if layout == "row" else cupy.empty((n, m), dtype=np_out).T
     full.view(bits)[...] = rows.view(bits)
     if c is None or beta == 0.0:
         return full
-    return dtypes.from_float32(reference.to_float32(full) + float(beta) * reference.to_float32(c), np_out)
+    summed = dtypes.from_float32(reference.to_float32(full) + float(beta) * reference.to_float32(c), np_out)
+    return _contiguous(summed) if layout == "row" else _fortran(summed)
 
 
 def check_sparse(sw, family):
@@ -207,17 +237,18 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
     out_operand = c_operand = out_target = None
     if out is not None:
         out = check_output_like(out, "out", m, n, np_out, device_id)
-        if is_row_major(out):
-            out_operand = _operand(out, "row", row_stride(out, n))
-        else:   # column-major or strided: computed into a library buffer, then copied in
+        out_operand = output_operand(out, family, n)
+        if out_operand is None:   # strided, or column-major for sm80: a library buffer, then copied in
             out, out_target = None, out
+    layout_c = "row" if out_operand is None else out_operand.layout
     if beta != 0.0:
         if c is None:
             raise ValueError("beta is non-zero but c is None")
         c = check_output_like(c, "c", m, n, np_out, device_id)
-        if not is_row_major(c):
-            c = _contiguous(c)
-        c_operand = _operand(c, "row", row_stride(c, n))
+        c_operand = output_operand(c, family, n)
+        if c_operand is None or c_operand.layout != layout_c:   # C is read in D's layout
+            c = _contiguous(c) if layout_c == "row" else _fortran(c)
+            c_operand = output_operand(c, family, n)
     check_activation(activation, leaky_slope)
     layout = matrix_layout(x)
     if layout is None:   # no unit stride along either dimension: one contiguous copy
@@ -231,7 +262,7 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
     if bias is not None:   # folded into a C the library allocates: [M, N], ld N
         bias = as_device_array(bias, "bias")
         bias_kind = "columns" if bias.shape == (1, n) and m != 1 else "rows"
-        c_operand, beta = Operand("row", n, 16), 1.0
+        c_operand, beta = Operand(layout_c, n if layout_c == "row" else m, 16), 1.0
     x_operand = _operand(x, layout_b, ldb)
     arch, sm_count = device.facts(device_id)
     problem = Problem(family, m, n, k, element, element_out, x_operand, out_operand, c_operand,
@@ -245,4 +276,5 @@ def folded_c(call: GemmCall):
     if call.bias is None:
         return call.c
     p = call.problem
-    return with_bias(call.bias, call.c, call.beta_c, p.m, p.n, dtypes.numpy_dtype(p.element_out), p.device_id)
+    return with_bias(call.bias, call.c, call.beta_c, p.m, p.n, dtypes.numpy_dtype(p.element_out), p.device_id,
+                     p.c.layout)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from ..describe import catalog, dtypes
 from ..formats.matrices import SparseMatrix
 from ..plan import plans
-from . import operands
-from .interop import torch_dtype, torch_io
+from . import eager, operands
+from .interop import is_torch, torch_dtype, torch_io, torch_stream
 from .matmul import matmul
 
 
@@ -68,6 +68,7 @@ class Plan:
             return
         self.direct = True
         self.np_out = dtypes.numpy_dtype(p.element_out)
+        self.torch_out = None   # its torch dtype, found on the first torch call
         self.out_shape = (p.m, p.n)
         self.out_strides = (fam.ldd * self.np_out.itemsize, self.np_out.itemsize)
         c_ptr = None if self.c_bias is None else self.c_bias.data.ptr
@@ -89,8 +90,39 @@ class Plan:
             return None
         return torch.empty(self.out_shape, dtype=torch_dtype(self.np_out), device=x.device)
 
-    @torch_io(make_out=_torch_out)
     def __call__(self, x, out=None):
+        if self.direct and is_torch(x):
+            done = self._torch_call(x, out)
+            if done is not None:
+                return done
+        return self._call(x, out)
+
+    def _torch_call(self, x, out):
+        """A direct call on torch tensors from their attributes and pointers, on torch's
+        current stream; None when they do not fit the plan as they are (the general path
+        says why or stages them)."""
+        import cupy
+        import torch
+
+        attrs = eager.torch_attrs(x)
+        device = self.x_key[3]
+        if attrs is None or (attrs[0], attrs[2], attrs[1], attrs[4]) != self.x_key or attrs[3] % self.align_x \
+                or cupy.cuda.runtime.getDevice() != device:
+            return None
+        if out is None:
+            if self.torch_out is None:
+                self.torch_out = torch_dtype(self.np_out)
+            out = torch.empty(self.out_shape, dtype=self.torch_out, device=x.device)
+        else:
+            out_attrs = eager.torch_attrs(out) if is_torch(out) else None
+            if out_attrs is None or out_attrs[:3] != (self.out_shape, self.out_strides, self.np_out) \
+                    or out_attrs[3] % self.align_out or out_attrs[4] != device:
+                return None
+        self._launch(x.data_ptr(), out.data_ptr(), torch_stream(device))
+        return out
+
+    @torch_io(make_out=_torch_out)
+    def _call(self, x, out=None):
         if not self.direct:
             return matmul(self.sw, x, out=out, **self.options)
         import cupy
@@ -110,19 +142,23 @@ class Plan:
             return matmul(self.sw, x, out=out, **self.options)
         if x.data.ptr % self.align_x:   # an offset view of the planned shape: staged by cs.matmul
             return matmul(self.sw, x, out=out, **self.options)
-        if self.bound is not None:
-            self.bound(x.data.ptr, out.data.ptr)
-        else:
-            key = (x.data.ptr, out.data.ptr)
-            ready = self._readies.get(key)
-            if ready is None:   # a new pointer pair: the family plan builds (or finds) its Params
-                c_ptr = out.data.ptr if self.c_ptr is None else self.c_ptr
-                ready = self.family_plan.ready(self.sw, (x.data.ptr, c_ptr, out.data.ptr))
-                if len(self._readies) >= 64:
-                    self._readies.clear()
-                self._readies[key] = ready
-            self.family_plan.launch(ready)
+        self._launch(x.data.ptr, out.data.ptr)
         return out
+
+    def _launch(self, x_ptr: int, out_ptr: int, stream=None) -> None:
+        """The direct launch on `stream` (default: the current one)."""
+        if self.bound is not None:
+            self.bound(x_ptr, out_ptr, stream)
+            return
+        key = (x_ptr, out_ptr)
+        ready = self._readies.get(key)
+        if ready is None:   # a new pointer pair: the family plan builds (or finds) its Params
+            c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
+            ready = self.family_plan.ready(self.sw, (x_ptr, c_ptr, out_ptr), None, stream)
+            if len(self._readies) >= 64:
+                self._readies.clear()
+            self._readies[key] = ready
+        self.family_plan.launch(ready, stream)
 
 
 @torch_io

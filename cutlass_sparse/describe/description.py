@@ -54,7 +54,8 @@ TILE_SCHEDULERS = ("persistent", "streamk")
 
 @dataclass(frozen=True)
 class SparseGemmConfig:
-    """D[M,N] = alpha * A[M,K] (2:4 sparse, row-major) @ B[K,N] + beta * C[M,N] (row-major)."""
+    """D[M,N] = alpha * A[M,K] (2:4 sparse, row-major) @ B[K,N] + beta * C[M,N] (row-major, or
+    column-major for sm90 with layout_c="col")."""
 
     family: str                      # kernel family: "sm80" (CUTLASS 2.x, mma.sp)
     element: str                     # A and B: "f16" | "bf16"
@@ -76,6 +77,7 @@ class SparseGemmConfig:
     schedule: str = "none"           # sm90: "cooperative" | "pingpong"
     tile_scheduler: str = "persistent"   # sm90: one of TILE_SCHEDULERS
     activation: str = "identity"     # one of ACTIVATIONS
+    layout_c: str = "row"            # C and D; "col" (M contiguous): sm90 only
 
     def __post_init__(self):
         checks = [
@@ -87,6 +89,9 @@ class SparseGemmConfig:
             (self.activation == "identity" or self.element_out not in dtypes.INTEGER_NAMES,
              f"activation {self.activation!r} needs a floating-point output, not {self.element_out}"),
             (self.layout_b in LAYOUTS, f"layout_b {self.layout_b!r} must be 'row' or 'col'"),
+            (self.layout_c in LAYOUTS, f"layout_c {self.layout_c!r} must be 'row' or 'col'"),
+            (self.layout_c == "row" or self.family == "sm90",
+             "layout_c 'col': CUTLASS 2.x sparse kernels write row-major D only (family sm90 writes either)"),
             (self.swizzle in SWIZZLES, f"swizzle {self.swizzle} must be one of {sorted(SWIZZLES)}"),
             (self.epilogue in EPILOGUES, f"epilogue {self.epilogue!r} must be one of {sorted(EPILOGUES)}"),
             (self.threadblock[2] % (2 * self.instruction[2]) == 0,
@@ -143,7 +148,7 @@ class SparseGemmConfig:
 
     @property
     def tensor_c(self) -> TensorDescription:
-        return TensorDescription(dtypes.data_type(self.element_out), LayoutType.RowMajor, self.alignment_c)
+        return TensorDescription(dtypes.data_type(self.element_out), LAYOUTS[self.layout_c], self.alignment_c)
 
     @property
     def epilogue_functor(self) -> EpilogueFunctor:

@@ -92,9 +92,11 @@ class Problem:
     @classmethod
     def contiguous(cls, family: str, m: int, n: int, k: int, *, element: str = "f16", element_out: str | None = None,
                    layout_b: str = "row", activation: str = "identity", arch: str = "sm_90",
-                   sm_count: int = 132, device_id: int = 0) -> "Problem":
-        """The problem of freshly allocated operands (x [K, N] in `layout_b`, D allocated by
-        the library): what warm-up, compile-only runs and the profiler's kernel list plan for."""
+                   sm_count: int = 132, device_id: int = 0, out_layout: str | None = None) -> "Problem":
+        """The problem of freshly allocated operands (x [K, N] in `layout_b`; D allocated by
+        the library, or by the caller in `out_layout`, as cs.linear does): what warm-up,
+        compile-only runs and the profiler's kernel list plan for."""
         x = Operand(layout_b, n if layout_b == "row" else k, MAX_ALIGN)
-        return cls(family, m, n, k, element, element_out or element, x, None, None, Epilogue(activation=activation),
+        out = None if out_layout is None else Operand(out_layout, n if out_layout == "row" else m, MAX_ALIGN)
+        return cls(family, m, n, k, element, element_out or element, x, out, None, Epilogue(activation=activation),
                    None, None, device_id, arch, sm_count)

@@ -48,15 +48,28 @@ def sm90_tile_cost(threadblock, cluster, splits: int, m: int, n: int, k: int, sm
     return waves * ((tm * tn + 64 * (tm + tn)) * cdiv(cdiv(k, tk), splits) * tk + reduce)
 
 
-@functools.lru_cache(maxsize=4096)
+def n_range(n: int) -> int:
+    """The range of N a kernel is chosen for: N up to 16 together, then each power-of-two
+    interval (16, 32], (32, 64], ... named by its upper end. Every N of a range runs the
+    kernel chosen for that end, so a serving loop whose token count changes at every step
+    finds a chosen, compiled kernel after one call per range."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
 def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = None, element: str = "f16",
                 element_out: str | None = None):
-    """(tile, splits) of least cost among the sm90 catalog's tiles.
+    """(tile, splits) of least cost among the sm90 catalog's tiles, for N's range (n_range).
 
     By default only the persistent-scheduler tiles, unsplit: on the H100 sweep no
     stream-K decomposition or K split beat the best of them at any shape
     (docs/tune90_splitk_h100.log). split_k > 1 leaves only stream-K tiles; the profiler
     (cs.tune) times all of them."""
+    return _choose_sm90(m, n_range(n), k, sm_count, split_k, element, element_out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, element: str,
+                 element_out: str | None):
     options = []
     family = catalog.load("sm90")
     for tile in family.tiles:

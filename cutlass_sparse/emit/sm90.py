@@ -101,8 +101,8 @@ using ClusterShape = Shape<_${cm}, _${cn}, _${ck}>;
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-    ElementC, cutlass::layout::RowMajor, ${alignment_c},
-    ElementC, cutlass::layout::RowMajor, ${alignment_c},
+    ElementC, ${layout_c}, ${alignment_c},
+    ElementC, ${layout_c}, ${alignment_c},
     ${epilogue_schedule}, ${fusion}>::CollectiveOp;
 
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -237,6 +237,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "element": DataTypeTag[config.tensor_a.element],
         "element_c": DataTypeTag[config.tensor_c.element],
         "layout_b": LayoutTag[config.tensor_b.layout],
+        "layout_c": LayoutTag[config.tensor_c.layout],
         "alignment_a": config.alignment_a, "alignment_b": config.alignment_b, "alignment_c": config.alignment_c,
         "tm": config.threadblock[0], "tn": config.threadblock[1], "tk": config.threadblock[2],
         "cm": config.cluster[0], "cn": config.cluster[1], "ck": config.cluster[2],

@@ -42,13 +42,14 @@ class LoadedKernel:
                 self._functions[(device_id, symbol)] = func
         return func
 
-    def launch(self, device_id: int, grid: tuple[int, int, int], args: np.ndarray,
+    def launch(self, device_id: int, grid: tuple[int, int, int], args,
                symbol: str | None = None, threads: int | tuple[int, int, int] | None = None,
-               shared_bytes: int | None = None) -> None:
-        """Launch an entry (default: the main one) on the current stream.
+               shared_bytes: int | None = None, stream=None) -> None:
+        """Launch an entry (default: the main one) on `stream` (a CuPy stream; default the
+        current one).
 
         `args` is a size-1 structured array (the entry's argument struct) or a tuple of
-        CuPy-accepted arguments (arrays are passed as pointers).
+        CuPy-accepted arguments (arrays are passed as pointers, opaque void records by value).
         """
         symbol = symbol or self.compiled.symbol
         threads = threads or self.compiled.threads
@@ -58,7 +59,7 @@ class LoadedKernel:
             # void dtype spares it describing every field (tens of microseconds a call).
             args = (args.view(np.dtype((np.void, args.dtype.itemsize))),)
         block = threads if isinstance(threads, tuple) else (threads, 1, 1)
-        self.function(device_id, symbol, shared)(grid, block, args, shared_mem=shared)
+        self.function(device_id, symbol, shared)(grid, block, args, shared_mem=shared, stream=stream)
 
 
 _loaded: dict[str, LoadedKernel] = {}

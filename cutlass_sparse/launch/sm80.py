@@ -165,13 +165,14 @@ class BoundGemm:
         self.record = np.dtype((np.void, layout.itemsize))
         self.grid, self.threads, self.shared_bytes = launch.grid, (compiled.threads, 1, 1), compiled.shared_bytes
 
-    def __call__(self, b_ptr: int, d_ptr: int) -> None:
+    def __call__(self, b_ptr: int, d_ptr: int, stream=None) -> None:
         words = self.words.copy()      # a copy per call: bound launches may be shared between threads
         words[self.word_b] = b_ptr
         words[self.word_d] = d_ptr
         if self.c_is_d:
             words[self.word_c] = d_ptr
-        self.function(self.grid, self.threads, (words.view(self.record),), shared_mem=self.shared_bytes)
+        self.function(self.grid, self.threads, (words.view(self.record),), shared_mem=self.shared_bytes,
+                      stream=stream)
 
 
 class Sm80Plan:
@@ -275,9 +276,10 @@ class Sm80Plan:
         e = self.problem.epilogue
         return e.alpha, e.beta, e.leaky_slope
 
-    def launch_direct(self, sw, x_ptr: int, d_ptr: int) -> None:
-        """A direct plan's launch from pointers alone (C is D; nothing staged)."""
-        self._bound_for(sw)(x_ptr, d_ptr)
+    def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None) -> None:
+        """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
+        (a CuPy stream; default the current one)."""
+        self._bound_for(sw)(x_ptr, d_ptr, stream)
 
     def _bound_for(self, sw) -> BoundGemm:
         """The bound launch for sw's arrays (C is D), kept per weight."""

@@ -7,12 +7,18 @@ operand that breaks them is staged through an aligned buffer with a padded leadi
 dimension (x for a decode step is a few KB); D that the library allocates gets a padded
 leading dimension and is returned as an [M, N] view.
 
-Sm90Plan is made once per Problem (plan.plans caches it) and run with arrays.
+Sm90Plan is made once per Problem (plan.plans caches it) and run with arrays. Nothing a
+new problem shape needs is read back from the device, except once per kernel and device:
+the first setup leaves CuTe's TMA recipes, encoded here into descriptor templates (their
+static fields are compile-time properties of the kernel). The launch grid of a
+persistent-scheduler kernel is computed on the host (launch.grid); a stream-K kernel's
+grid and workspace are read back once per problem shape.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -23,11 +29,14 @@ from ..describe.arith import cdiv, round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP
-from . import device, modules, tma
+from . import device, grid, modules, tma
 from .staging import copy_rows, stage
 from .sm80 import check_config_fits
 
 FAMILY = "sm90"
+# The setup block's leading pointers, in field order: a, e, b, c, d, params_out,
+# templates, recipes_out, info_out, workspace.
+_POINTERS = struct.Struct("<10Q")
 # The tile scheduler's raster order: 0 lets CUTLASS choose (its heuristic), 1 along M,
 # 2 along N. A run-time argument of the setup entry.
 RASTER = 0
@@ -78,6 +87,7 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     profiler's choice, or the catalog's)."""
     p = problem
     alignment_c = 16 // dtypes.numpy_dtype(p.element_out).itemsize
+    layout_c = "row" if p.out is None else p.out.layout
     if config is None and choice is not None:
         splits = p.split_k or 1
         config = catalog.load(FAMILY).config(choice.tile, p.element, p.element_out, p.layout_b, 8, alignment_c)
@@ -91,7 +101,8 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     else:
         check_config_fits(config, p.element, p.element_out, p.layout_b, 8, alignment_c)
         splits = p.split_k or 1
-    config = dataclasses.replace(config, activation=p.activation)
+    # D's layout is the problem's (a caller's column-major out is written in place)
+    config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c)
     if splits > 1 and config.tile_scheduler != "streamk":
         raise ValueError(f"split_k={splits} needs an sm90 stream-K kernel; {config.name} is not one")
     if splits > cdiv(p.k, config.threadblock[2]):
@@ -112,9 +123,11 @@ def staged(operand: Operand, extent: int, item: int) -> Operand:
     return Operand(operand.layout, round_up(extent, TMA_ALIGN // item), TMA_ALIGN)
 
 
-# Per (kernel, device, sizes, strides): TMA descriptor templates and the grid. CuTe may
-# fold a compact tensor's modes into a different TMA rank or box, so templates are made
-# for each sizes-and-strides signature: one synchronizing setup when one is first seen.
+# Per (kernel, device): TMA descriptor templates. A descriptor's rank, box, element
+# strides, swizzle and type come from the kernel's static layouts (make_tma_copy_desc);
+# only address, sizes and strides vary, and the setup entry replaces those on the device.
+_templates: dict[tuple[str, int], object] = {}
+# Per (kernel, device, sizes, leading dimensions, scheduling, swizzle): grid and workspace.
 _prepared: dict[tuple, Prepared] = {}
 _prepared_lock = threading.Lock()
 
@@ -124,30 +137,53 @@ class Sm90Plan:
 
     family = FAMILY
 
-    def __init__(self, problem: Problem, config: SparseGemmConfig | None = None, choice=None):
+    def __init__(self, problem: Problem, config: SparseGemmConfig | None = None, choice=None, kernel=None):
+        """kernel: (config, scheduling, compiled, loaded) of a plan for the same problem in
+        another N of its range (plans.get decides), taken as it is instead of chosen again."""
         self.problem = p = problem
         item, out_item = dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize
-        # The kernel's N: CUTLASS's TMA collectives want the contiguous extent of B (row-major)
-        # and D in whole 16-byte vectors, so an N that is not runs on N rounded up, with x's
-        # extra columns zero and D's dropped.
-        self.n_k = n_k = round_up(p.n, TMA_ALIGN // min(item, out_item))
+        # D's layout: a caller's column-major out is written in place (M contiguous); D the
+        # library allocates is row-major.
+        self.layout_c = layout_c = "row" if p.out is None else p.out.layout
+        # The kernel's N: CUTLASS's TMA collectives want the contiguous extent of a row-major
+        # B or D in whole 16-byte vectors, so an N that is not runs on N rounded up, with x's
+        # extra columns zero and D's dropped. Column-major x and D take any N.
+        rounds = p.layout_b == "row" or layout_c == "row"
+        self.n_k = n_k = round_up(p.n, TMA_ALIGN // min(item, out_item)) if rounds else p.n
         # What the kernel sees: each operand in place where TMA can take it, else staged.
         self.stage_x = n_k != p.n or not tma_ready(p.x, item)
         self.stage_out = n_k != p.n or not tma_ready(p.out, out_item)      # also: D the library allocates
         self.stage_c = p.epilogue.reads_c and (n_k != p.n or not tma_ready(p.c, out_item))
         x = staged(p.x, n_k if p.layout_b == "row" else p.k, item) if self.stage_x else p.x
-        out = staged(Operand("row", n_k, TMA_ALIGN), n_k, out_item) if self.stage_out else p.out
-        c = staged(p.c, n_k, out_item) if self.stage_c else p.c
+        d_extent = n_k if layout_c == "row" else p.m
+        out = staged(Operand(layout_c, d_extent, TMA_ALIGN), d_extent, out_item) if self.stage_out else p.out
+        c = staged(p.c, d_extent, out_item) if self.stage_c else p.c
         self.kernel_problem = dataclasses.replace(p, n=n_k, x=x, out=out, c=c)
-        self.config, self.scheduling = resolve(self.kernel_problem, config, choice)
-        self.compiled = kernels.get(self.config, device.sm90_target(p.arch, p.device_id))
-        self.loaded = modules.load(self.compiled)
+        if kernel is None:
+            self.config, self.scheduling = resolve(self.kernel_problem, config, choice)
+            self.compiled = kernels.get(self.config, device.sm90_target(p.arch, p.device_id))
+            self.loaded = modules.load(self.compiled)
+            self.swizzle = self.config.swizzle
+        else:
+            self.config, self.scheduling, self.compiled, self.loaded = kernel
+            self.swizzle = self.config.swizzle if config is not None or choice is not None else \
+                selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
+                                       catalog.load(FAMILY).swizzle)
         self.ldd = out.ld
         self.ldc = c.ld if p.epilogue.reads_c else self.ldd
-        # cs.plan launches directly when nothing is staged and D is a plain [M, N] array.
-        self.direct = not (self.stage_x or self.stage_c or (p.out is not None and self.stage_out)) and self.ldd == p.n
+        # cs.plan and the eager path launch directly when nothing is staged and D is the
+        # caller's array, or a plain row-major [M, N] one the caller allocates like it.
+        self.direct = not (self.stage_x or self.stage_c or (p.out is not None and self.stage_out)) and (
+            self.ldd == p.n or p.out is not None)
         self._readies: OrderedDict[tuple, Ready] = OrderedDict()
         self._lock = threading.Lock()   # plans are shared between threads
+        self._block = self._setup_block()
+        self._gemm = None
+
+    @property
+    def kernel(self) -> tuple:
+        """What another N of this problem's range reuses (Sm90Plan(..., kernel=plan.kernel))."""
+        return self.config, self.scheduling, self.compiled, self.loaded
 
     @property
     def workspace_bytes(self) -> int:
@@ -166,6 +202,7 @@ class Sm90Plan:
         return dict(config=self.config.name, arch=self.problem.arch, from_cache=self.compiled.from_cache,
                     compile_seconds=self.compiled.compile_seconds, grid=None if ready is None else ready.grid,
                     k_padded=False, decomposition=self.scheduling.decomposition, split_k=self.scheduling.splits,
+                    swizzle=self.swizzle,
                     workspace_bytes=0 if ready is None or ready.workspace is None else ready.workspace.nbytes)
 
     def run(self, sw, x, out, c, workspace):
@@ -175,68 +212,79 @@ class Sm90Plan:
         p, k = self.problem, self.kernel_problem
         if self.stage_x:
             x = stage(x, k.x.ld, p.layout_b, self.n_k)
-        d = out if not self.stage_out else cupy.empty((p.m, self.ldd), dtype=dtypes.numpy_dtype(p.element_out))
+        if not self.stage_out:
+            d = out
+        elif self.layout_c == "row":
+            d = cupy.empty((p.m, self.ldd), dtype=dtypes.numpy_dtype(p.element_out))
+        else:
+            d = cupy.empty((self.n_k, self.ldd), dtype=dtypes.numpy_dtype(p.element_out)).T
         if not p.epilogue.reads_c:
             c = d
         elif self.stage_c:
-            c = stage(c, self.ldc, "row", self.n_k)
+            c = stage(c, self.ldc, self.layout_c, self.n_k)
         self.launch(self.ready(sw, (x.data.ptr, c.data.ptr, d.data.ptr), workspace))
         if d is out:
             return out
-        y = d[:, :p.n] if self.ldd != p.n else d
+        y = d[:p.m, :p.n]
         if out is None:
             return y
-        copy_rows(out, y)   # out is row-major (the Problem says so): one strided copy
+        # out has D's layout (the Problem says so): one strided copy
+        copy_rows(out, y) if self.layout_c == "row" else copy_rows(out.T, y.T)
         return out
 
-    def ready(self, sw, pointers: tuple[int, int, int], workspace=None) -> Ready:
+    def ready(self, sw, pointers: tuple[int, int, int], workspace=None, stream=None) -> Ready:
         """The built launch for sw and (b, c, d) pointers: kept, else built now (one setup launch)."""
         key = (sw.values.data.ptr, sw.metadata.data.ptr, *pointers,
                0 if workspace is None else workspace.data.ptr)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
         if ready is not None:
             return ready
-        ready = self._build(key[:5], workspace)
+        ready = self._build(key[:5], workspace, stream)
         with self._lock:
             self._readies[key] = ready
             while len(self._readies) > PARAMS_PER_PLAN:
                 self._readies.popitem(last=False)
         return ready
 
-    def launch_direct(self, sw, x_ptr: int, d_ptr: int) -> None:
-        """A direct plan's launch from pointers alone (C is D; nothing staged)."""
-        self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr)))
+    def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None) -> None:
+        """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
+        (a CuPy stream; default the current one)."""
+        self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream), stream)
 
-    def launch(self, ready: Ready) -> None:
-        """The GEMM on the current stream (after zeroing its stream-K barriers, if any)."""
+    def launch(self, ready: Ready, stream=None) -> None:
+        """The GEMM on `stream` or the current stream (after zeroing its stream-K barriers, if any)."""
         offset, nbytes = ready.barrier
         if nbytes:
             import cupy
 
             # The reduction's turnstiles count up during a launch; each launch starts from zero.
-            cupy.cuda.runtime.memsetAsync(ready.workspace.data.ptr + offset, 0, nbytes,
-                                          cupy.cuda.get_current_stream().ptr)
-        self.loaded.launch(self.problem.device_id, ready.grid, (ready.params,))
+            stream = stream or cupy.cuda.get_current_stream()
+            cupy.cuda.runtime.memsetAsync(ready.workspace.data.ptr + offset, 0, nbytes, stream.ptr)
+        gemm = self._gemm
+        if gemm is None:   # the loaded entry, looked up once per plan
+            compiled = self.compiled
+            gemm = self._gemm = (self.loaded.function(self.problem.device_id, compiled.symbol, compiled.shared_bytes),
+                                 (compiled.threads, 1, 1), compiled.shared_bytes)
+        function, threads, shared = gemm
+        function(ready.grid, threads, (ready.params,), shared_mem=shared, stream=stream)
 
-    def _setup_block(self, pointers):
-        p, e = self.problem, self.problem.epilogue
-        block = SETUP.new_block()
-        f = block[0]
-        f["a"], f["e"], f["b"], f["c"], f["d"] = pointers
-        f["ldb"], f["ldc"], f["ldd"] = self.kernel_problem.x.ld, self.ldc, self.ldd
-        k = self.kernel_problem
-        f["m"], f["n"], f["k"] = k.m, k.n, k.k
-        f["sm_count"] = p.sm_count
-        f["swizzle"], f["raster"] = self.config.swizzle, RASTER
-        f["splits"], f["decomposition"] = self.scheduling.splits, DECOMPOSITIONS[self.scheduling.decomposition]
-        f["alpha"], f["beta"], f["activation_arg"] = e.alpha, e.beta, e.leaky_slope
-        return block
+    def _setup_block(self) -> bytearray:
+        """The setup entry's argument block without its pointers (filled per build)."""
+        p, e, k = self.problem, self.problem.epilogue, self.kernel_problem
+        return SETUP.pack(ldb=k.x.ld, ldc=self.ldc, ldd=self.ldd, m=k.m, n=k.n, k=k.k, sm_count=p.sm_count,
+                          swizzle=self.swizzle, raster=RASTER, splits=self.scheduling.splits,
+                          decomposition=DECOMPOSITIONS[self.scheduling.decomposition],
+                          alpha=e.alpha, beta=e.beta, activation_arg=e.leaky_slope)
+
+    def _setup_arguments(self, pointers, params, templates=0, recipes_out=0, info_out=0, workspace=0):
+        block = bytearray(self._block)
+        _POINTERS.pack_into(block, 0, *pointers, params, templates, recipes_out, info_out, workspace)
+        return SETUP.as_argument(block)
 
     def _prepared(self, pointers) -> Prepared:
         p = self.problem
         shape_key = (self.compiled.key, p.device_id, p.m, self.n_k, p.k, self.kernel_problem.x.ld, self.ldc, self.ldd,
-                     self.scheduling,
-                     self.config.swizzle)   # swizzle: the grid
+                     self.scheduling, self.swizzle)   # swizzle: the grid
         prepared = _prepared.get(shape_key)
         if prepared is None:
             with _prepared_lock:
@@ -245,32 +293,49 @@ class Sm90Plan:
                     prepared = _prepared[shape_key] = self._prepare(pointers)
         return prepared
 
+    def _host_grid(self) -> tuple[int, int, int]:
+        k = self.kernel_problem
+        return grid.persistent_grid(k.m, k.n, self.config.threadblock[:2], self.config.cluster[:2],
+                                    k.sm_count, self.swizzle, RASTER)
+
     def _prepare(self, pointers) -> Prepared:
-        """First sight of a problem signature: run the setup leaving CuTe's TMA recipes, check
-        what CUTLASS reports, and encode the recipes into descriptor templates."""
+        """What a new problem shape needs: on the host for a persistent-scheduler kernel
+        whose templates this device has; else from one synchronizing setup."""
+        key = (self.compiled.key, self.problem.device_id)
+        templates = _templates.get(key)
+        if templates is not None and self.config.tile_scheduler != "streamk":
+            return Prepared(templates, self._host_grid(), 0, 0, 0)
+        prepared = self._prepare_on_device(pointers)
+        _templates.setdefault(key, prepared.templates)
+        return prepared
+
+    def _prepare_on_device(self, pointers) -> Prepared:
+        """Run the setup leaving CuTe's TMA recipes, check what CUTLASS reports (and that the
+        host's grid agrees), and encode the recipes into descriptor templates. Synchronizes."""
         import cupy
 
         symbol = self.compiled.symbol
-        block = self._setup_block(pointers)
         params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
         info_out = cupy.zeros(len(INFO_FIELDS), dtype=cupy.int64)
         recipes = cupy.zeros(16 * 128, dtype=cupy.uint8)
-        f = block[0]
-        f["params_out"], f["info_out"] = params.data.ptr, info_out.data.ptr
-        f["recipes_out"], f["templates"] = recipes.data.ptr, 0
-        self.loaded.launch(self.problem.device_id, (1, 1, 1), block, symbol=f"{symbol}_setup", threads=1,
+        block = self._setup_arguments(pointers, params.data.ptr, 0, recipes.data.ptr, info_out.data.ptr)
+        self.loaded.launch(self.problem.device_id, (1, 1, 1), (block,), symbol=f"{symbol}_setup", threads=1,
                            shared_bytes=0)
         info = dict(zip(INFO_FIELDS, (int(v) for v in info_out.get())))   # synchronizes
-        problem = f"{int(f['m'])}x{int(f['n'])}x{int(f['k'])}"
+        k = self.kernel_problem
+        problem = f"{k.m}x{k.n}x{k.k}"
         if not info["can_implement"]:
             raise ValueError(f"CUTLASS cannot implement {problem} with {symbol}: use family='sm80'")
         if not 0 < info["tma_slots"] <= 16:
             raise RuntimeError(f"{symbol}: setup found {info['tma_slots']} TMA descriptor slots")
+        reported = (info["grid_x"], info["grid_y"], info["grid_z"])
+        if self.config.tile_scheduler != "streamk" and self._host_grid() != reported:
+            raise RuntimeError(f"{symbol} {problem}: CUTLASS launches grid {reported}, launch.grid computed "
+                               f"{self._host_grid()}: the host's copy of the scheduler is out of date")
         templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
-        return Prepared(templates, (info["grid_x"], info["grid_y"], info["grid_z"]), info["workspace_bytes"],
-                        info["barrier_offset"], info["barrier_bytes"])
+        return Prepared(templates, reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])
 
-    def _build(self, pointers, workspace) -> Ready:
+    def _build(self, pointers, workspace, stream=None) -> Ready:
         """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
         import cupy
 
@@ -284,12 +349,8 @@ class Sm90Plan:
         else:
             workspace = None
         params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
-        block = self._setup_block(pointers)
-        f = block[0]
-        f["params_out"], f["info_out"] = params.data.ptr, 0
-        f["templates"] = prepared.templates.data.ptr
-        f["workspace"] = 0 if workspace is None else workspace.data.ptr
-        self.loaded.launch(self.problem.device_id, (1, 1, 1), block, symbol=f"{self.compiled.symbol}_setup",
-                           threads=1, shared_bytes=0)
+        block = self._setup_arguments(pointers, params.data.ptr, prepared.templates.data.ptr,
+                                      workspace=0 if workspace is None else workspace.data.ptr)
+        self.loaded.launch(self.problem.device_id, (1, 1, 1), (block,), symbol=f"{self.compiled.symbol}_setup",
+                           threads=1, shared_bytes=0, stream=stream)
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
-

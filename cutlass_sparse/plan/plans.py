@@ -5,6 +5,10 @@ access and no argument building beyond its pointers).
 Kernel choice: the caller's config; else the profiler's recorded winner for the
 problem's signature (when the caller names no split either); else the heuristic
 inside each family's plan. A new profiler record drops every cached plan.
+
+An sm90 problem whose N is new to its range (selection.n_range) reuses the kernel of
+the range's plan instead of choosing again: a serving loop's new token count costs a
+plan made around a known kernel, not a selection.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import dataclasses
 import threading
 from collections import OrderedDict
 
+from ..describe import selection
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Problem
 from ..launch.sm80 import Sm80Plan
@@ -21,8 +26,16 @@ from ..profiler import records
 MAX_PLANS = 512
 
 _plans: OrderedDict[tuple, Sm80Plan | Sm90Plan] = OrderedDict()
+_range_kernels: dict[tuple, tuple] = {}     # sm90: range key -> Sm90Plan.kernel
 _lock = threading.Lock()
 _generation = records.generation
+
+
+def clear() -> None:
+    """Forget every plan and range kernel (tests that make plans around stand-in kernels)."""
+    with _lock:
+        _plans.clear()
+        _range_kernels.clear()
 
 
 def recorded_choice(problem: Problem, config: SparseGemmConfig | None):
@@ -32,12 +45,27 @@ def recorded_choice(problem: Problem, config: SparseGemmConfig | None):
     return records.recorded(records.Signature.of(problem))
 
 
+def range_key(problem: Problem, config: SparseGemmConfig | None, choice) -> tuple:
+    """Everything an sm90 kernel choice depends on, with N as its range."""
+    p = problem
+    return (p.m, selection.n_range(p.n), p.k, p.element, p.element_out, p.layout_b, p.epilogue.activation,
+            p.split_k, p.split_k_mode, p.device_id, p.arch, p.sm_count, config, choice)
+
+
 def make(problem: Problem, config: SparseGemmConfig | None = None, choice=None) -> Sm80Plan | Sm90Plan:
     """A new family plan: for `config`, else the profiler `choice` (tile and split), else the heuristic's."""
     if choice is not None:
         problem = dataclasses.replace(problem, split_k=choice.split_k, split_k_mode=choice.split_k_mode)
     if problem.family == "sm90":
-        return Sm90Plan(problem, config, choice)
+        key = range_key(problem, config, choice)
+        kernel = _range_kernels.get(key)
+        plan = Sm90Plan(problem, config, choice, kernel)
+        if kernel is None:
+            with _lock:
+                if len(_range_kernels) >= MAX_PLANS:
+                    _range_kernels.clear()
+                _range_kernels[key] = plan.kernel
+        return plan
     return Sm80Plan(problem, config, None if choice is None else choice.tile)
 
 
@@ -48,6 +76,7 @@ def get(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Plan | 
     if _generation != records.generation:   # a new record: plans may choose differently now
         with _lock:
             _plans.clear()
+            _range_kernels.clear()
             _generation = records.generation
     plan = _plans.get(key)
     if plan is None:

@@ -127,9 +127,25 @@ def _recorded(signature: Signature, cache_path: str) -> Choice | None:
     return None if record is None else Choice.from_json(record[0])
 
 
+@functools.lru_cache(maxsize=16)
+def _signatures(cache_path: str, generation: int) -> frozenset:
+    """The signatures the cache holds records for, read once per file and generation: a
+    problem without a record (every new N of a serving loop) is answered without a query."""
+    found = set()
+    for key, _ in default_cache().winners():
+        try:
+            found.add(Signature(**json.loads(key)))
+        except (TypeError, ValueError):   # a record of another layout never matches
+            continue
+    return frozenset(found)
+
+
 def recorded(signature: Signature) -> Choice | None:
     """The recorded winner for a signature (memoized per process and cache file)."""
-    return _recorded(signature, str(env.cache_path()))
+    path = str(env.cache_path())
+    if signature not in _signatures(path, generation):
+        return None
+    return _recorded(signature, path)
 
 
 def record_of(signature: Signature) -> tuple[dict, list] | None:

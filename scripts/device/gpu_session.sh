@@ -9,6 +9,7 @@
 #   BENCH="args"      scripts/bench.py with these arguments (" " for the defaults)
 #   EXTRAS=1          host overhead (PROFILE=1: and the profiler tables, 4096^3 and 4096x16x4096)
 #   EAGER="args"      scripts/bench_eager.py with these arguments (" " for the defaults)
+#   SAVE_CACHE=1      $OUT/compiled_cache.db.gz: the cache after compiling what was missing
 #   NCU=1             Nsight Compute sections for the decode kernel (4096x16x4096)
 # Logs go under $OUT (the device tool's output folder; at most 8 files come back).
 OUT=${OUT:-/tmp/gpu_session_out}; mkdir -p "$OUT"
@@ -20,6 +21,10 @@ t0=$(date +%s)
 timeout ${WARM_TIMEOUT:-400} python3 -m tests.gpu_cases --family session --jobs 16 > $OUT/warm.log 2>&1
 echo "warm rc=$? $(( $(date +%s) - t0 ))s: $(grep -c '^cached' $OUT/warm.log) cached, $(grep -c '^compiled' $OUT/warm.log) compiled"
 grep '^failed' $OUT/warm.log | head -5
+if [ -n "$SAVE_CACHE" ]; then   # bring the warmed cache back (carry it as .device/ next time)
+  python3 -c "import sqlite3; s=sqlite3.connect('/tmp/csd/cs.db'); d=sqlite3.connect('/tmp/csd/snap.db'); s.backup(d); d.close()"
+  gzip -c /tmp/csd/snap.db > $OUT/compiled_cache.db.gz; ls -la $OUT/compiled_cache.db.gz
+fi
 for script in $SWEEP; do
   timeout ${SWEEP_TIMEOUT:-300} python3 $script >> $OUT/sweep.log 2>&1; echo "$script rc=$? $(( $(date +%s) - t0 ))s"
 done; [ -n "$SWEEP" ] && cat $OUT/sweep.log

@@ -1,0 +1,74 @@
+"""The launch grid of an sm90 kernel with CUTLASS's persistent tile scheduler, computed on
+the host: the same arithmetic as PersistentTileSchedulerSm90Params::get_grid_shape
+(cutlass/gemm/kernel/tile_scheduler_params.h, CUTLASS 4.2) for the arguments our setup
+entry gives it (sm_count set, max_active_clusters 0, truncated by the problem size).
+
+Knowing the grid here is what lets a new N launch without reading anything back from
+the device. The first setup of each kernel still reports CUTLASS's own grid, and
+Sm90Plan checks this one against it.
+"""
+from __future__ import annotations
+
+from ..describe.arith import cdiv, round_up
+
+# RasterOrderOptions: 0 heuristic, 1 along M, 2 along N (the setup entry's `raster`).
+ALONG_M, ALONG_N = 1, 2
+MAX_SM_PER_GPC = 18   # GH100, as CUTLASS assumes for cluster launches
+
+
+def log_swizzle(ctas_m: int, ctas_n: int, max_swizzle: int) -> int:
+    least = min(ctas_m, ctas_n)
+    if max_swizzle >= 8 and least >= 6:
+        return 3
+    if max_swizzle >= 4 and least >= 3:
+        return 2
+    if max_swizzle >= 2 and least >= 2:
+        return 1
+    return 0
+
+
+def raster_order(blocks_m: int, blocks_n: int, option: int) -> int:
+    if option == 0:
+        return ALONG_M if blocks_n > blocks_m else ALONG_N
+    return ALONG_N if option == ALONG_N else ALONG_M
+
+
+def max_cta_occupancy(cluster_size: int, sm_count: int) -> int:
+    gpcs = 1 if sm_count < MAX_SM_PER_GPC else sm_count // MAX_SM_PER_GPC
+    per_device = gpcs * (MAX_SM_PER_GPC - MAX_SM_PER_GPC % cluster_size)
+    residual = 0 if sm_count < MAX_SM_PER_GPC else sm_count % MAX_SM_PER_GPC
+    per_device += residual - residual % cluster_size
+    return min(sm_count, per_device)
+
+
+def persistent_grid(m: int, n: int, tile: tuple[int, int], cluster: tuple[int, int], sm_count: int,
+                    max_swizzle: int, raster_option: int = 0) -> tuple[int, int, int]:
+    """(x, y, z) CUTLASS launches a persistent-scheduler kernel with, for an M x N problem."""
+    cm, cn = cluster
+    # get_tiled_cta_shape_mnl: CTA tiles, rounded up to whole clusters
+    blocks_m = round_up(cdiv(m, tile[0]), cm)
+    blocks_n = round_up(cdiv(n, tile[1]), cn)
+    # Params::initialize fixes the swizzle and the raster order; get_grid_shape(params) passes
+    # them back in, so both are decided here as initialize decides them.
+    log = log_swizzle(blocks_m, blocks_n, max_swizzle)
+    padded_m = round_up(blocks_m, (1 << log) * cm)
+    padded_n = round_up(blocks_n, (1 << log) * cn)
+    order = raster_order(padded_m, padded_n, raster_option)
+    # get_grid_shape, called with max_swizzle = 1 << log and that raster order
+    log = log_swizzle(blocks_m, blocks_n, 1 << log)
+    padded_m = round_up(blocks_m, (1 << log) * cm)
+    padded_n = round_up(blocks_n, (1 << log) * cn)
+    total = padded_m * padded_n
+    x, y = (cm, 1) if order == ALONG_N else (1, cn)
+    if cm * cn == 1:
+        if order == ALONG_N:
+            y = min(sm_count, total)
+        else:
+            x = min(sm_count, total)
+    else:
+        ctas = max_cta_occupancy(cm * cn, sm_count)
+        if order == ALONG_N:
+            y = min(ctas // cm, total // cm)
+        else:
+            x = min(ctas // cn, total // cn)
+    return x, y, 1

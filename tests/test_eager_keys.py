@@ -1,0 +1,118 @@
+"""The eager plan cache's keys, without a GPU: calls that need different kernels or launch
+parameters never share a plan; a new N finds its class's plan only when its operands
+are laid out, aligned and ranged like that call's, and the Problem made for it is the
+one the full path would build."""
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from cutlass_sparse.api import eager, operands
+from cutlass_sparse.describe import selection
+from cutlass_sparse.describe.problem import Epilogue, Operand, Problem
+from cutlass_sparse.plan import plans
+
+M, K = 256, 512
+F16 = np.dtype(np.float16)
+OPTIONS = (1.0, 0.0, "identity", 0.01, None, None, None, None, None)
+HEAD = ((M, K), F16, "sm90", 0)
+
+
+def attrs(shape, strides, align=0, dtype=F16):
+    return (shape, strides, dtype, align, 0)
+
+
+def x_row(n, ld=None):
+    return attrs((K, n), ((ld or n) * 2, 2))
+
+
+def x_col(n):
+    return attrs((K, n), (2, K * 2))
+
+
+def out_row(n, ld=None, align=0):
+    return attrs((M, n), ((ld or n) * 2, 2), align)
+
+
+def fast_key(x, out=None, options=OPTIONS, bias=None):
+    return (*HEAD, *x, options, out, bias)
+
+
+def test_same_call_same_key_and_any_change_a_new_one():
+    base = fast_key(x_row(64), out_row(64))
+    assert base == fast_key(x_row(64), out_row(64))
+    others = [fast_key(x_row(64, ld=72), out_row(64)), fast_key(x_col(64), out_row(64)),
+              fast_key(x_row(64), out_row(64, align=8)), fast_key(x_row(64)),
+              fast_key(x_row(64), out_row(64), OPTIONS[:2] + ("relu",) + OPTIONS[3:]),
+              fast_key(attrs((K, 64), (128, 2), dtype=np.dtype("V2")), out_row(64))]
+    assert len({base, *others}) == 1 + len(others)
+
+
+@pytest.mark.parametrize("x", [x_row, x_col])
+def test_class_groups_n_by_range_and_alignment(x):
+    klass = lambda n: eager.class_key(fast_key(x(n), out_row(n)))   # noqa: E731
+    assert klass(17) == klass(23) != klass(24)      # both unaligned in (16, 32]; 24 is aligned
+    assert klass(24) == klass(32) != klass(40)      # (32, 64] is another range
+    assert klass(2) == klass(15) != klass(1)        # N = 1 reads as a column: its own class
+    assert klass(8) == klass(16)
+
+
+def test_no_class_for_padded_strided_or_biased_calls():
+    assert eager.class_key(fast_key(x_row(20, ld=24), out_row(20))) is None     # padded x
+    assert eager.class_key(fast_key(x_row(20), out_row(20, ld=24))) is None     # padded out
+    assert eager.class_key(fast_key(x_row(20), attrs((M, 20), (4, M * 4)))) is None   # strided out
+    col_out = eager.class_key(fast_key(x_col(20), attrs((M, 20), (2, M * 2))))       # cs.linear's out
+    assert col_out is not None and col_out != eager.class_key(fast_key(x_col(20), out_row(20)))
+    assert eager.class_key(fast_key(x_row(20), attrs((M, 21), (42, 2)))) is None  # out of another N
+    assert eager.class_key(fast_key(x_row(20), out_row(20), bias=attrs((M,), (2,)))) is None
+
+
+def problem_for(x, out, n):
+    """The Problem gemm_call builds, from NumPy stand-ins with the operands' strides (their
+    addresses are 16-byte aligned, as the keys below say)."""
+    layout, ld = operands.matrix_layout(x)
+    out_operand = None
+    if out is not None:
+        out_operand = Operand(*operands.output_layout(out, "sm90", n), 16)
+    return Problem("sm90", M, n, K, "f16", "f16", Operand(layout, ld, 16), out_operand, None, Epilogue(),
+                   None, None, 0, "sm_90", 132)
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("out_kind", ["row", "col", None])
+@pytest.mark.parametrize("n0, n", [(16, 9), (24, 32), (33, 63), (100, 128), (1, 1), (4096, 3000)])
+def test_problem_for_a_new_n_is_the_full_paths(layout, out_kind, n0, n):
+    def operands_of(n):
+        x = np.zeros((K, n), F16) if layout == "row" else np.zeros((n, K), F16).T
+        out = {"row": lambda: np.zeros((M, n), F16), "col": lambda: np.zeros((n, M), F16).T, None: lambda: None}
+        return x, out[out_kind]()
+
+    seen = problem_for(*operands_of(n0), n0)
+    with mock.patch.object(plans, "get", lambda problem: ("plan", problem)):
+        x, out = operands_of(n)
+        key = fast_key(attrs(x.shape, x.strides), None if out is None else attrs(out.shape, out.strides))
+        plan, derived = eager._for_n(("plan", seen), key)
+    assert derived == problem_for(x, out, n)
+
+
+def test_one_kernel_per_range_and_never_across_what_changes_it():
+    def key(n, **changes):
+        fields = dict(m=M, k=K, element="f16", element_out="f16", layout_b="row", activation="identity")
+        fields.update(changes)
+        problem = Problem.contiguous("sm90", fields["m"], n, fields["k"], element=fields["element"],
+                                     element_out=fields["element_out"], layout_b=fields["layout_b"],
+                                     activation=fields["activation"])
+        return plans.range_key(problem, None, None)
+
+    assert key(17) == key(32) != key(33)
+    assert key(1) == key(16)
+    for change in (dict(m=M * 2), dict(k=K * 2), dict(element="bf16", element_out="bf16"),
+                   dict(element_out="f32"), dict(layout_b="col"), dict(activation="relu")):
+        assert key(64, **change) != key(64)
+
+
+def test_selection_is_constant_over_each_range():
+    for m, k in ((4096, 4096), (11008, 4096), (4096, 14336), (1000, 512)):
+        for low, high in ((1, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 512), (2049, 4096)):
+            choices = {selection.choose_sm90(m, n, k, 132) for n in range(low, high + 1, 7)}
+            assert choices == {selection.choose_sm90(m, high, k, 132)}
