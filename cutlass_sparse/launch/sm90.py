@@ -178,7 +178,7 @@ class Sm90Plan:
         self._readies: OrderedDict[tuple, Ready] = OrderedDict()
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
-        self._gemm = None
+        self._gemm = self._setup = None
 
     @property
     def kernel(self) -> tuple:
@@ -351,6 +351,8 @@ class Sm90Plan:
         params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
         block = self._setup_arguments(pointers, params.data.ptr, prepared.templates.data.ptr,
                                       workspace=0 if workspace is None else workspace.data.ptr)
-        self.loaded.launch(self.problem.device_id, (1, 1, 1), (block,), symbol=f"{self.compiled.symbol}_setup",
-                           threads=1, shared_bytes=0, stream=stream)
+        setup = self._setup
+        if setup is None:   # the loaded entry, looked up once per plan
+            setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
+        setup((1, 1, 1), (1, 1, 1), (block,), shared_mem=0, stream=stream)
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
