@@ -97,17 +97,17 @@ def test_problem_for_a_new_n_is_the_full_paths(layout, out_kind, n0, n):
 
 def test_one_kernel_per_range_and_never_across_what_changes_it():
     def key(n, **changes):
-        fields = dict(m=M, k=K, element="f16", element_out="f16", layout_b="row", activation="identity")
+        fields = dict(m=M, k=K, element="f16", element_out="f16", layout_b="row", activation="identity",
+                      out_layout=None)
         fields.update(changes)
-        problem = Problem.contiguous("sm90", fields["m"], n, fields["k"], element=fields["element"],
-                                     element_out=fields["element_out"], layout_b=fields["layout_b"],
-                                     activation=fields["activation"])
+        problem = Problem.contiguous("sm90", fields.pop("m"), n, fields.pop("k"), **fields)
         return plans.range_key(problem, None, None)
 
     assert key(17) == key(32) != key(33)
     assert key(1) == key(16)
+    assert key(64, out_layout="row") == key(64)     # D the library allocates is row-major too
     for change in (dict(m=M * 2), dict(k=K * 2), dict(element="bf16", element_out="bf16"),
-                   dict(element_out="f32"), dict(layout_b="col"), dict(activation="relu")):
+                   dict(element_out="f32"), dict(layout_b="col"), dict(activation="relu"), dict(out_layout="col")):
         assert key(64, **change) != key(64)
 
 

@@ -166,6 +166,10 @@ class Sm90Plan:
             self.swizzle = self.config.swizzle
         else:
             self.config, self.scheduling, self.compiled, self.loaded = kernel
+            c = self.config
+            if (c.element, c.element_out, c.layout_b, c.layout_c, c.activation) != (
+                    p.element, p.element_out, p.layout_b, layout_c, p.activation):
+                raise AssertionError(f"{c.name} cannot run {p}: plans.range_key misses what tells them apart")
             self.swizzle = self.config.swizzle if config is not None or choice is not None else \
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
                                        catalog.load(FAMILY).swizzle)
@@ -348,7 +352,11 @@ class Sm90Plan:
                                  f"needs {prepared.workspace_bytes} bytes, 128-byte aligned (cs.workspace_size)")
         else:
             workspace = None
-        params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
+        if stream is None:
+            params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
+        else:   # from the pool of the stream that uses it: freed, it is reused in that stream's order
+            with stream:
+                params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
         block = self._setup_arguments(pointers, params.data.ptr, prepared.templates.data.ptr,
                                       workspace=0 if workspace is None else workspace.data.ptr)
         setup = self._setup
