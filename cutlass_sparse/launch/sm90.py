@@ -166,10 +166,10 @@ class Sm90Plan:
             self.swizzle = self.config.swizzle
         else:
             self.config, self.scheduling, self.compiled, self.loaded = kernel
-            c = self.config
-            if (c.element, c.element_out, c.layout_b, c.layout_c, c.activation) != (
+            kind = self.config
+            if (kind.element, kind.element_out, kind.layout_b, kind.layout_c, kind.activation) != (
                     p.element, p.element_out, p.layout_b, layout_c, p.activation):
-                raise AssertionError(f"{c.name} cannot run {p}: plans.range_key misses what tells them apart")
+                raise AssertionError(f"{kind.name} cannot run {p}: plans.range_key misses what tells them apart")
             self.swizzle = self.config.swizzle if config is not None or choice is not None else \
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
                                        catalog.load(FAMILY).swizzle)
