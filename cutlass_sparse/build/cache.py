@@ -125,6 +125,11 @@ class KernelCache:
         self.shipped: tuple[KernelCache, ...] = tuple(c for c in opened if c is not None)
 
     @property
+    def readable(self) -> bool:
+        """Whether the file opened as a database (a read-only one that did not is served from memory)."""
+        return self._conn is not None
+
+    @property
     def search_id(self) -> tuple[str, ...]:
         """The files this cache searches, in order (what a kernel found through it depends on)."""
         return (str(self.path), *(str(c.path) for c in self.shipped))

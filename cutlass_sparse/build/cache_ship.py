@@ -24,6 +24,12 @@ def ship(target: Path, sources: list[Path]) -> list[tuple[Path, int]]:
     target = Path(target)
     trust.make_cache_dir(target.parent)
     trust.check_cache_location(target)
+    if target.exists():      # its entries go into the new file: never replace what cannot be read
+        current = KernelCache(target, read_only=True)
+        readable = current.readable
+        current.close()
+        if not readable:
+            raise RuntimeError(f"cannot read the kernel cache {target}; not replacing it (move it aside first)")
     temp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
     added = []
