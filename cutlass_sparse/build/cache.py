@@ -365,6 +365,7 @@ class KernelCache:
                 "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall(), [])
         records = [(sig, source.get_winner(sig)) for sig, _ in source.winners()]
         toolchains = source.toolchains()
+        _foreign_to_us(source, "they are copied, but this version will not serve them")
         source.close()
         intact = []
         for row in rows:
@@ -405,7 +406,8 @@ def _open_shipped(path: Path) -> KernelCache | None:
     return KernelCache(path, read_only=True)
 
 
-def _foreign_to_us(cache: KernelCache) -> bool:
+def _foreign_to_us(cache: KernelCache, consequence: str = "none of its kernels or profiler records are used; "
+                   "rebuild it with this version (cutlass-sparse warmup)") -> bool:
     """Whether a file's stamps name toolchains, none of them ours (warns once, naming both)."""
     theirs = cache.toolchains()
     if not theirs:
@@ -419,8 +421,7 @@ def _foreign_to_us(cache: KernelCache) -> bool:
     mine, other = ours.splitlines(), theirs[-1].splitlines()
     warnings.warn(f"kernel cache {cache.path} was built by another version "
                   f"({'; '.join(line for line in other if line not in mine)}; this is "
-                  f"{'; '.join(line for line in mine if line not in other)}): none of its kernels or profiler "
-                  "records are used; rebuild it with this version (cutlass-sparse warmup)", stacklevel=4)
+                  f"{'; '.join(line for line in mine if line not in other)}): {consequence}", stacklevel=4)
     return True
 
 

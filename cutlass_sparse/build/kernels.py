@@ -60,7 +60,7 @@ def cache_key(emitted: Emitted | str, arch: str, options: list[str]) -> str:
     return h.hexdigest()
 
 
-_memo: dict[tuple[SparseGemmConfig, str, str], CompiledKernel] = {}
+_memo: dict[tuple[SparseGemmConfig, str, tuple[str, ...]], CompiledKernel] = {}
 _memo_lock = threading.Lock()
 
 
