@@ -22,7 +22,7 @@ CACHE_FORMAT = 2
 
 
 def cache_path() -> Path:
-    """Where compiled_cache.db lives: $CUTLASS_SPARSE_CACHE, else the user's cache dir.
+    """Where compiled_cache.db lives: $CUTLASS_SPARSE_CACHE (its first entry), else the user's cache dir.
 
     Never the working directory: a database there would be picked up by whoever
     runs in that directory. When the user's cache dir cannot be written (a read-only or
@@ -30,8 +30,24 @@ def cache_path() -> Path:
     ($TMPDIR/cutlass_sparse-<uid>/compiled_cache.db, directory 0700 and checked), with
     one warning naming the path that could not be used.
     """
+    return cache_search_path()[0]
+
+
+def cache_search_path() -> tuple[Path, ...]:
+    """The writable cache, then read-only ones searched after it, in order.
+
+    CUTLASS_SPARSE_CACHE=WRITABLE:SHIPPED1:SHIPPED2 (os.pathsep-separated); an empty first
+    entry (":/opt/fleet.db") means the default location for the writable one.
+    """
     env = os.environ
-    return _cache_path(env.get("CUTLASS_SPARSE_CACHE"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
+    first, _, rest = (env.get("CUTLASS_SPARSE_CACHE") or "").partition(os.pathsep)
+    writable = _cache_path(first or None, env.get("XDG_CACHE_HOME"), env.get("HOME"))
+    return _shipped(writable, rest) if rest else (writable,)
+
+
+@functools.lru_cache(maxsize=64)
+def _shipped(writable: Path, rest: str) -> tuple[Path, ...]:
+    return tuple(dict.fromkeys([writable, *(Path(part).expanduser() for part in rest.split(os.pathsep) if part)]))
 
 
 @functools.lru_cache(maxsize=64)
@@ -72,6 +88,50 @@ def _can_create(directory: Path) -> bool:
 def cache_read_only() -> bool:
     """CUTLASS_SPARSE_CACHE_READONLY=1: use the cache file read-only (new kernels stay in memory)."""
     return os.environ.get("CUTLASS_SPARSE_CACHE_READONLY", "") not in ("", "0")
+
+
+def shard_from_environment() -> tuple[int, int, str] | None:
+    """(index, count, where from) of a Slurm job array or a Kubernetes indexed Job, else None.
+
+    Slurm: SLURM_ARRAY_TASK_ID among SLURM_ARRAY_TASK_COUNT ids from SLURM_ARRAY_TASK_MIN
+    in steps of SLURM_ARRAY_TASK_STEP (so --array=1-8 and 0-14:2 work). Kubernetes sets
+    JOB_COMPLETION_INDEX but never passes the Job's completions: CUTLASS_SPARSE_SHARD_COUNT.
+    Raises ValueError naming the variable when a value is unusable.
+    """
+    env = os.environ
+    if env.get("SLURM_ARRAY_TASK_ID"):
+        task, count = _env_int("SLURM_ARRAY_TASK_ID"), _env_int("SLURM_ARRAY_TASK_COUNT")
+        low, step = _env_int("SLURM_ARRAY_TASK_MIN", task if count == 1 else 0), _env_int("SLURM_ARRAY_TASK_STEP", 1)
+        index, off_step = divmod(task - low, max(step, 1))
+        if off_step or not 0 <= index < count:
+            raise ValueError(f"SLURM_ARRAY_TASK_ID={task} is not one of {count} evenly spaced array ids from "
+                             f"SLURM_ARRAY_TASK_MIN={low} (step {step}): submit with --array=0-{count - 1}, or "
+                             "pass --shard i/N")
+        return index, count, f"SLURM_ARRAY_TASK_ID={task} of SLURM_ARRAY_TASK_COUNT={count}"
+    if env.get("JOB_COMPLETION_INDEX"):
+        index = _env_int("JOB_COMPLETION_INDEX")
+        if not env.get("CUTLASS_SPARSE_SHARD_COUNT"):
+            raise ValueError(f"JOB_COMPLETION_INDEX={index} is set but not the shard count: set "
+                             "CUTLASS_SPARSE_SHARD_COUNT to the Job's completions (Kubernetes does not pass it), "
+                             "or pass --shard i/N")
+        count = _env_int("CUTLASS_SPARSE_SHARD_COUNT")
+        if not 0 <= index < count:
+            raise ValueError(f"JOB_COMPLETION_INDEX={index} is not below CUTLASS_SPARSE_SHARD_COUNT={count}")
+        return index, count, f"JOB_COMPLETION_INDEX={index} of CUTLASS_SPARSE_SHARD_COUNT={count}"
+    return None
+
+
+def _env_int(name: str, default: int | None = None) -> int:
+    text = os.environ.get(name, "")
+    if not text and default is not None:
+        return default
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not an integer") from None
+    if value < 0 or (value == 0 and name.endswith("COUNT")):
+        raise ValueError(f"{name}={value}: must be {'>= 1' if name.endswith('COUNT') else '>= 0'}")
+    return value
 
 
 def compile_disabled() -> bool:

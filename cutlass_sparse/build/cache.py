@@ -5,6 +5,11 @@ at worst hold a wrong kernel, never run code in the host process. Every entry
 carries a checksum over its cubin and metadata; an entry that fails it is dropped
 and counts as a miss. The key (kernels.cache_key) covers everything that changes
 the binary, so a changed source, option, arch, NVRTC or header version is a new key.
+
+A fleet shares caches: the writable one may be followed by read-only ones searched in
+order (env.cache_search_path). Each file records which toolchains (package, CUTLASS,
+NVRTC and header versions) wrote it; a read-only file none of whose toolchains is ours
+is reported once and never searched, so a cache built by another version is never trusted.
 """
 from __future__ import annotations
 
@@ -38,6 +43,10 @@ CREATE TABLE IF NOT EXISTS winners (
     table_json TEXT NOT NULL,
     checksum TEXT NOT NULL,
     created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS toolchains (
+    identity TEXT PRIMARY KEY,
+    created REAL NOT NULL
 )
 """
 
@@ -60,25 +69,47 @@ def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK)
 
 
+def _shipped_file(path: Path) -> bool:
+    """A rollback-journal database with no journal beside it: complete as it stands, so a
+    reader that cannot write it may open it immutable (no locks, no -shm: read-only mounts, NFS).
+    A WAL file may have pages in its -wal that an immutable open would not see."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header[18:20] == b"\x01\x01" and not Path(f"{path}-journal").exists()
+
+
 class KernelCache:
     """One connection per process, shared by its threads under a lock.
 
     The file, its directory and where any symbolic link leads must be the user's (or
     root's) and writable by nobody else (trust.check_cache_location), else UnsafeCacheError.
     A database this process may not write (shipped read-only to serving nodes, or
-    read_only=True) is opened read-only, immutable when neither it nor its directory can be
-    written; kernels compiled meanwhile live in an in-memory overlay for the life of the
-    process. A damaged file is copied aside once (<name>.corrupt-<ns>) and started afresh.
+    read_only=True) is opened read-only, immutable when it cannot be written and neither
+    can its directory or it is a shipped file (_shipped_file); kernels compiled meanwhile
+    live in an in-memory overlay for the life of the process. A damaged file is copied
+    aside once (<name>.corrupt-<ns>) and started afresh.
+
+    path=None: env.cache_search_path(), the first file writable (as above), the others
+    read-only and searched after it (`shipped`); a missing one is skipped with a warning.
+    journal="delete": a rollback journal instead of WAL (cache_ship writes files to ship).
     """
 
-    def __init__(self, path: Path | str | None = None, read_only: bool | None = None):
-        self.path = Path(path) if path is not None else env.cache_path()
+    def __init__(self, path: Path | str | None = None, read_only: bool | None = None,
+                 shipped: tuple[Path, ...] = (), journal: str = "wal"):
+        if path is None:
+            path, *found = env.cache_search_path()
+            shipped = shipped or tuple(found)
+        self.path = Path(path)
         file_writable = not self.path.exists() or _writable(self.path)
         dir_writable = not self.path.parent.exists() or _writable(self.path.parent)
         if read_only is None:
             read_only = env.cache_read_only() or not file_writable or not dir_writable
         self.read_only = read_only
-        self._immutable = read_only and not file_writable and not dir_writable
+        self._immutable = read_only and not file_writable and (not dir_writable or _shipped_file(self.path))
+        self._journal = journal
         if not read_only:
             trust.make_cache_dir(self.path.parent)
         self._real = trust.check_cache_location(self.path)
@@ -86,7 +117,22 @@ class KernelCache:
         self._overlay: dict[str, Entry] = {}
         self._overlay_winners: dict[str, tuple[dict, list]] = {}
         self._identity: tuple[int, int] | None = None
+        self._stamped: set[str] = set()
+        self._foreign: bool | None = None        # decided on first search (needs our toolchain)
         self._conn = self._open()
+        self.asked = (self.path, *map(Path, shipped))     # what default_cache() compares with env
+        opened = (_open_shipped(Path(p)) for p in shipped if Path(p) != self.path)
+        self.shipped: tuple[KernelCache, ...] = tuple(c for c in opened if c is not None)
+
+    @property
+    def readable(self) -> bool:
+        """Whether the file opened as a database (a read-only one that did not is served from memory)."""
+        return self._conn is not None
+
+    @property
+    def search_id(self) -> tuple[str, ...]:
+        """The files this cache searches, in order (what a kernel found through it depends on)."""
+        return (str(self.path), *(str(c.path) for c in self.shipped))
 
     # -- opening, and recovering from a damaged or replaced file ---------------------------
 
@@ -120,7 +166,7 @@ class KernelCache:
         while True:
             try:
                 conn.execute("PRAGMA busy_timeout=60000")
-                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA journal_mode={self._journal}")
                 conn.executescript(SCHEMA)
                 conn.execute("SELECT count(*) FROM kernels").fetchone()
                 self._identity = trust.file_identity(self._real)
@@ -181,6 +227,23 @@ class KernelCache:
     # -- kernels --------------------------------------------------------------------------
 
     def get(self, key: str) -> Entry | None:
+        """The entry for key: this file (or its overlay), else the first shipped file holding it."""
+        for cache in (self, *self.shipped):
+            if cache.trusted():
+                entry = cache._get(key)
+                if entry is not None:
+                    return entry
+        return None
+
+    def trusted(self) -> bool:
+        """Whether this file may be searched: writable, unstamped (older writers; keys still
+        guard every entry), or stamped by our toolchain among others. A read-only file
+        stamped only by other versions is reported once and never searched."""
+        if self._foreign is None:
+            self._foreign = self.read_only and _foreign_to_us(self)
+        return not self._foreign
+
+    def _get(self, key: str) -> Entry | None:
         with self._lock:
             if key in self._overlay:
                 return self._overlay[key]
@@ -206,6 +269,27 @@ class KernelCache:
                 "INSERT OR REPLACE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (key, name, arch, cubin, meta_json, _checksum(cubin, meta_json), time.time())))
+            toolchain = meta.get("toolchain")
+            if toolchain and toolchain not in self._stamped:   # once per process and toolchain
+                self._query(lambda c: c.execute("INSERT OR IGNORE INTO toolchains (identity, created) "
+                                                "VALUES (?, ?)", (toolchain, time.time())))
+                self._stamped.add(toolchain)
+
+    def toolchains(self) -> list[str]:
+        """The toolchains that wrote this file's kernels (empty: written before files were stamped)."""
+        with self._lock:
+            return self._query(lambda c: [row[0] for row in c.execute(
+                "SELECT identity FROM toolchains ORDER BY created")] if _has_table(c, "toolchains") else [], [])
+
+    def configs(self, arch: str, toolchain: str) -> list[dict]:
+        """The JSON descriptions of the kernels for arch that toolchain built, in every file searched."""
+        found = [e.meta for e in self._overlay.values() if e.arch == arch]
+        for cache in (self, *self.shipped):
+            if cache.trusted():
+                with cache._lock:
+                    found += [json.loads(meta) for meta in cache._query(lambda c: [row[0] for row in c.execute(
+                        "SELECT meta FROM kernels WHERE arch = ?", (arch,))], [])]
+        return [meta["config"] for meta in found if meta.get("toolchain") == toolchain and meta.get("config")]
 
     # -- profiler winners: signature (JSON) -> choice (JSON) and the measured table ---------
 
@@ -215,9 +299,10 @@ class KernelCache:
                 return self._overlay_winners[signature]
             row = self._query(lambda c: c.execute(
                 "SELECT choice, table_json, checksum FROM winners WHERE signature = ?", (signature,)).fetchone()
-                if _has_winners(c) else None)
-        if row is None:
-            return None
+                if _has_table(c, "winners") else None)
+        if row is None:   # a fleet's shipped files carry its profiler records too
+            return next((found for cache in self.shipped if cache.trusted()
+                         for found in [cache.get_winner(signature)] if found), None)
         choice, table, checksum = row
         if _checksum(choice.encode(), signature + table) != checksum:
             warnings.warn(f"profiler record for {signature[:60]} failed its checksum; ignored")
@@ -239,7 +324,7 @@ class KernelCache:
     def winners(self) -> list[tuple[str, dict]]:
         with self._lock:
             rows = self._query(lambda c: c.execute(
-                "SELECT signature, choice FROM winners ORDER BY signature").fetchall() if _has_winners(c) else [], [])
+                "SELECT signature, choice FROM winners ORDER BY signature").fetchall() if _has_table(c, "winners") else [], [])
         return [(sig, json.loads(choice)) for sig, choice in rows]
 
     def rows(self):
@@ -279,6 +364,8 @@ class KernelCache:
             rows = source._query(lambda c: c.execute(
                 "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall(), [])
         records = [(sig, source.get_winner(sig)) for sig, _ in source.winners()]
+        toolchains = source.toolchains()
+        _foreign_to_us(source, "they are copied, but this version will not serve them")
         source.close()
         intact = []
         for row in rows:
@@ -288,26 +375,65 @@ class KernelCache:
                 intact.append(row)
         winners = [(sig, json.dumps(rec[0], sort_keys=True), json.dumps(rec[1])) for sig, rec in records if rec]
         with self._lock:
-            return self._query(lambda c: _insert_missing(c, intact, winners), 0)
+            return self._query(lambda c: _insert_missing(c, intact, winners, toolchains), 0)
 
     def _require_writable(self, what: str) -> None:
         if self.read_only or self._conn is None:
             raise PermissionError(f"cannot {what} read-only kernel cache {self.path}")
+
+    def compact(self) -> None:
+        """Fold the journal into the file and drop free pages (before shipping it)."""
+        self._require_writable("compact")
+        with self._lock:
+            self._query(lambda c: c.execute("VACUUM"))
 
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+        for cache in self.shipped:
+            cache.close()
 
 
-def _has_winners(conn: sqlite3.Connection) -> bool:
+def _open_shipped(path: Path) -> KernelCache | None:
+    """A read-only file to search after the writable one; a missing one is skipped (a node
+    without the fleet's file still runs, compiling what it needs), with a warning."""
+    if not path.is_file():
+        warnings.warn(f"shipped kernel cache {path} (CUTLASS_SPARSE_CACHE) does not exist; not searched",
+                      stacklevel=4)
+        return None
+    return KernelCache(path, read_only=True)
+
+
+def _foreign_to_us(cache: KernelCache, consequence: str = "none of its kernels or profiler records are used; "
+                   "rebuild it with this version (cutlass-sparse warmup)") -> bool:
+    """Whether a file's stamps name toolchains, none of them ours (warns once, naming both)."""
+    theirs = cache.toolchains()
+    if not theirs:
+        return False
+    try:
+        ours = env.toolchain_identity()
+    except Exception:    # no NVRTC or headers here: nothing is keyed or compiled, nothing to compare
+        return False
+    if ours in theirs:
+        return False
+    mine, other = ours.splitlines(), theirs[-1].splitlines()
+    warnings.warn(f"kernel cache {cache.path} was built by another version "
+                  f"({'; '.join(line for line in other if line not in mine)}; this is "
+                  f"{'; '.join(line for line in mine if line not in other)}): {consequence}", stacklevel=4)
+    return True
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
     # A read-only file written by an older version may lack the table.
     return conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'winners'").fetchone() is not None
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
 
-def _insert_missing(conn: sqlite3.Connection, rows: list, winners: list) -> int:
+def _insert_missing(conn: sqlite3.Connection, rows: list, winners: list, toolchains: list) -> int:
+    for identity in toolchains:
+        conn.execute("INSERT OR IGNORE INTO toolchains (identity, created) VALUES (?, ?)", (identity, time.time()))
     added = 0
     for row in rows:
         added += conn.execute("INSERT OR IGNORE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
@@ -324,9 +450,10 @@ _default_lock = threading.Lock()
 
 
 def default_cache() -> KernelCache:
-    """The process-wide cache at env.cache_path() (re-opened if that path changes)."""
+    """The process-wide cache at env.cache_search_path() (re-opened if those paths change)."""
     global _default
     with _default_lock:
-        if _default is None or _default.path != env.cache_path():
+        paths = env.cache_search_path()
+        if _default is None or _default.asked != paths:
             _default = KernelCache()
         return _default

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .. import env
 from ..describe.description import SparseGemmConfig
@@ -59,15 +60,17 @@ def cache_key(emitted: Emitted | str, arch: str, options: list[str]) -> str:
     return h.hexdigest()
 
 
-_memo: dict[tuple[SparseGemmConfig, str, str], CompiledKernel] = {}
+_memo: dict[tuple[SparseGemmConfig, str, tuple[str, ...]], CompiledKernel] = {}
 _memo_lock = threading.Lock()
 
 
 def get(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -> CompiledKernel:
     """The compiled kernel for (config, arch): from memory, else the cache, else NVRTC."""
     arch = normalize_arch(arch)
+    if getattr(_asking, "on", False):
+        raise KernelAsked(config, arch)
     cache = cache or default_cache()
-    memo_key = (config, arch, str(cache.path))
+    memo_key = (config, arch, cache.search_id)
     found = _memo.get(memo_key)
     if found is not None:
         return found
@@ -81,6 +84,45 @@ def get(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -
 def cached(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -> bool:
     """Whether the cache already holds this kernel (no compiling)."""
     return _lookup(config, normalize_arch(arch), cache or default_cache())[0] is not None
+
+
+def present(arch: str, cache: KernelCache | None = None) -> list[SparseGemmConfig]:
+    """The GEMM kernels for arch that the cache (and the shipped files it searches) holds,
+    built by this toolchain. Only a listing: loading still goes through the key."""
+    found = (cache or default_cache()).configs(normalize_arch(arch), env.toolchain_identity())
+    configs = []
+    for data in found:
+        try:
+            configs.append(SparseGemmConfig.from_json(data))
+        except (TypeError, ValueError):   # a compressor, a reduction, or a description this version lacks
+            pass
+    return list(dict.fromkeys(configs))
+
+
+class KernelAsked(BaseException):
+    """Raised by get() inside first_asked: a BaseException, so no `except Exception` on the
+    way up swallows it."""
+
+    def __init__(self, config, arch: str):
+        super().__init__(config, arch)
+        self.config, self.arch = config, arch
+
+
+_asking = threading.local()
+
+
+def first_asked(build: Callable[[], object]) -> tuple[object, str] | None:
+    """The first (kernel, arch) build() asks get() for, with nothing compiled or loaded:
+    build stops there. Lists what plans pick without a GPU or a compiler (warm-up presets,
+    the no-compile fallback). None if build() asks for no kernel."""
+    _asking.on = True
+    try:
+        build()
+    except KernelAsked as asked:
+        return asked.config, asked.arch
+    finally:
+        _asking.on = False
+    return None
 
 
 def _lookup(config, arch, cache):

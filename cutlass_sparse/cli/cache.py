@@ -4,10 +4,12 @@
     stats    counts by arch, bytes, entries failing their checksum
     verify   drop entries that fail their checksum (exit 1 if there were any)
     clear    remove every kernel and profiler record
-    merge    copy every intact entry of SOURCES that --path lacks (--path may be new)
+    merge    copy every intact entry of SOURCES that --path lacks (--path may be new);
+             --ship: write --path as a file to ship to serving machines (one file in
+             rollback-journal mode, compacted, mode 0444, renamed into place whole)
 
---path names the cache file (default: $CUTLASS_SPARSE_CACHE, else ~/.cache/...); for
-every action but merge it must exist, and is never created.
+--path names the cache file (default: $CUTLASS_SPARSE_CACHE's first entry, else
+~/.cache/...); for every action but merge it must exist, and is never created.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from ..build import cache_ship
 from ..build.cache import KernelCache
 from .. import env
 from . import args as types
@@ -38,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         if name == "merge":
             action.add_argument("sources", nargs="+", type=types.existing_file, metavar="SOURCE",
                                 help="cache files to copy entries from")
+            action.add_argument("--ship", action="store_true",
+                                help="write --path for serving machines: read-only, no -wal/-shm (NFS, read-only mounts)")
         action.add_argument("--path", default=None,
                             help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)" +
                                  ("; created if new" if name == "merge" else "; must exist"))
@@ -50,6 +55,14 @@ def main(args) -> int:
             raise UsageError(f"argument --path: no cache file at {args.path}")
         log.info("no cache file at %s yet: nothing to %s", path, args.action)
         return 0
+    if args.action == "merge" and args.ship:
+        for source, added in cache_ship.ship(path, args.sources):
+            print(f"{source}: {added} entries added to {path}")
+        shipped = KernelCache(path, read_only=True)
+        try:
+            return _stats(shipped, args)
+        finally:
+            shipped.close()
     cache = KernelCache(path, read_only=True if args.action in ("ls", "stats") else None)
     try:
         return ACTION[args.action](cache, args)
@@ -73,7 +86,21 @@ def _stats(cache: KernelCache, args) -> int:
     print(f"{cache.path}: {len(rows)} kernels, {sum(r[3] for r in rows) / 1e6:.1f} MB of cubins, "
           f"{sum(not r[4] for r in rows)} failing their checksum; by arch: {by_arch}; "
           f"{len(cache.winners())} profiler records")
+    print(f"built by: {_built_by(cache)}")
     return 0
+
+
+def _built_by(cache: KernelCache) -> str:
+    theirs = cache.toolchains()
+    if not theirs:
+        return "unrecorded (a file written before caches were stamped; every entry is still keyed by version)"
+    try:
+        ours = env.toolchain_identity()
+    except Exception:    # no NVRTC or headers here to compare with
+        ours = None
+    names = [" / ".join(line for line in t.splitlines() if line.startswith(("cutlass_sparse", "nvidia-cutlass")))
+             + (" (this version)" if t == ours else "") for t in theirs]
+    return "; ".join(names)
 
 
 def _verify(cache: KernelCache, args) -> int:

@@ -1,10 +1,15 @@
 """warmup: fill compiled_cache.db ahead of time; no GPU needed (except for --tune).
 
+The list is the package's catalog, or with --preset a set worth shipping: the kernels
+default selection picks for a workload (llm: the projections of 4096-, 5120- and
+8192-wide models, N from 1 to 8192 tokens, fp16 and bf16; llm-4096 etc.: one width).
 Each of N machines (a Slurm array, an indexed Job, a CI matrix) runs its --shard i/N of
-the same list; `cutlass-sparse cache merge` combines their databases into the one file
-serving machines copy. --arch sm_90a is the sm90 family; every other target (sm_80,
-sm_86, sm_89, sm_90, ...) the sm80 family's kernels for that GPU. Exits 1 if any kernel
-failed to compile.
+the same list; without --shard the share comes from SLURM_ARRAY_TASK_ID and
+SLURM_ARRAY_TASK_COUNT, or from a Kubernetes indexed Job's JOB_COMPLETION_INDEX with
+CUTLASS_SPARSE_SHARD_COUNT. `cutlass-sparse cache merge --ship` combines their databases
+into the one file serving machines use. --arch sm_90a is the sm90 family; every other
+target (sm_80, sm_86, sm_89, sm_90, ...) the sm80 family's kernels for that GPU. Exits 1
+if any kernel failed to compile.
 """
 from __future__ import annotations
 
@@ -14,9 +19,11 @@ import os
 import time
 from pathlib import Path
 
+from .. import env
 from ..build import warmup
 from . import args as types
 from .args import UsageError
+from ..plan import presets
 
 log = logging.getLogger("cutlass_sparse")
 
@@ -26,8 +33,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated targets (default sm_80,sm_90a)")
     p.add_argument("--jobs", type=types.positive_int, default=os.cpu_count() or 1,
                    help="compile worker processes (default: one per CPU)")
-    p.add_argument("--shard", default=(0, 1), type=types.shard, metavar="i/N",
-                   help="this machine's share of the list, 0 <= i < N (default 0/1)")
+    p.add_argument("--shard", default=None, type=types.shard, metavar="i/N",
+                   help="this machine's share of the list, 0 <= i < N (default: from a Slurm array or a "
+                        "Kubernetes indexed Job, else 0/1)")
+    p.add_argument("--preset", default=None, choices=sorted(presets.PRESETS),
+                   help="the kernels default selection picks for a workload (see above), not the catalog")
+    p.add_argument("--sm-count", type=types.positive_int, default=None,
+                   help="with --preset: the GPU's SM count that selection plans for (default: A100 108 for "
+                        "sm_80, H100 132 for sm_90/sm_90a)")
     p.add_argument("--all-alignments", action="store_true", help="also the narrower-alignment variants")
     p.add_argument("--only", default=None, help="keep only kernels whose name contains this")
     p.add_argument("--cache", default=None, help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)")
@@ -39,6 +52,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     if args.no_catalog and not args.tune:
         raise UsageError("argument --no-catalog: only with --tune (it would leave nothing to do)")
+    if args.preset and (args.all_alignments or args.no_catalog):
+        raise UsageError(f"argument --preset: not with {'--all-alignments' if args.all_alignments else '--no-catalog'}"
+                         " (a preset lists exact kernels)")
+    if args.sm_count and not args.preset:
+        raise UsageError("argument --sm-count: only with --preset")
+    unknown = [a for a in args.arch if args.preset and not args.sm_count and a not in presets.SM_COUNTS]
+    if unknown:
+        raise UsageError(f"argument --preset: no default SM count for {unknown[0]} (known: "
+                         f"{', '.join(presets.SM_COUNTS)}): pass --sm-count")
+    index, count, source = shard_of(args.shard)
     shapes = parse_shapes(args.tune) if args.tune else []
     if shapes:
         from .. import reference
@@ -47,17 +70,21 @@ def main(args) -> int:
             raise RuntimeError("--tune times kernels on a GPU; none is visible")
     if args.cache:
         os.environ["CUTLASS_SPARSE_CACHE"] = str(Path(args.cache).expanduser().resolve())
-    index, count = args.shard
     if "sm_90" in args.arch:
         log.info("sm_90: the sm80 family's kernels for an sm_90 GPU (the sm90 family's are --arch sm_90a)")
-    items = warmup.catalog_items(args.arch, widest_only=not args.all_alignments)
+    if args.preset:
+        counts = {arch: args.sm_count for arch in args.arch} if args.sm_count else None
+        items = presets.items(args.preset, args.arch, counts)
+        log.info("preset %s: %d kernels for %s", args.preset, len(items), ",".join(args.arch))
+    else:
+        items = warmup.catalog_items(args.arch, widest_only=not args.all_alignments)
     if args.only:
         items = [item for item in items if args.only in item[0].name]
         if not items:
             log.warning("--only %r matches no kernel of %s", args.only, ",".join(args.arch))
     mine = [] if args.no_catalog else warmup.shard(items, index, count)
-    log.info("shard %d/%d: %d of %d kernels, %d jobs, cache %s", index, count, len(mine), len(items), args.jobs,
-             os.environ.get("CUTLASS_SPARSE_CACHE") or "default")
+    log.info("shard %d/%d%s: %d of %d kernels, %d jobs, cache %s", index, count, source, len(mine), len(items),
+             args.jobs, os.environ.get("CUTLASS_SPARSE_CACHE") or "default")
     start = time.perf_counter()
     results = warmup.compile_all(mine, jobs=args.jobs, progress=progress)
     wall = time.perf_counter() - start
@@ -73,6 +100,17 @@ def main(args) -> int:
     if shapes:
         failed += tune_shapes(shapes, index, count, args.jobs)
     return 1 if failed else 0
+
+
+def shard_of(given: tuple[int, int] | None) -> tuple[int, int, str]:
+    """(index, count, where it came from): --shard, else a job array's environment, else 0/1."""
+    if given is not None:
+        return *given, ""
+    try:
+        found = env.shard_from_environment()
+    except ValueError as exc:
+        raise UsageError(f"shard from the environment: {exc}") from None
+    return (0, 1, "") if found is None else (found[0], found[1], f" (from {found[2]})")
 
 
 def progress(done: int, total: int, result) -> None:

@@ -4,7 +4,8 @@ access and no argument building beyond its pointers).
 
 Kernel choice: the caller's config; else the profiler's recorded winner for the
 problem's signature (when the caller names no split either); else the heuristic
-inside each family's plan. A new profiler record drops every cached plan.
+inside each family's plan. A new profiler record drops every cached plan. With compiling
+forbidden, a kernel missing from the cache is stood in for by the best one present (present.py).
 
 An sm90 problem whose N is new to its range (selection.n_range) reuses the kernel of
 the range's plan instead of choosing again: a serving loop's new token count costs a
@@ -16,12 +17,15 @@ import dataclasses
 import threading
 from collections import OrderedDict
 
+from .. import env
+from ..build.compiler import CompileError
 from ..describe import selection
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Problem
 from ..launch.sm80 import Sm80Plan
 from ..launch.sm90 import Sm90Plan
 from ..profiler import records
+from . import present
 
 MAX_PLANS = 512
 
@@ -81,7 +85,12 @@ def get(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Plan | 
             _generation = records.generation
     plan = _plans.get(key)
     if plan is None:
-        plan = make(problem, config, recorded_choice(problem, config))
+        try:
+            plan = make(problem, config, recorded_choice(problem, config))
+        except CompileError as missing:
+            if config is not None or not env.compile_disabled():
+                raise
+            plan = present.substitute(problem, make, missing)
         with _lock:
             _plans[key] = plan
             while len(_plans) > MAX_PLANS:

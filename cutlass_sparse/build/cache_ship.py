@@ -1,0 +1,49 @@
+"""A cache file to ship: what `cutlass-sparse cache merge --ship` writes for serving machines.
+
+One self-contained SQLite file in rollback-journal (DELETE) mode, compacted, mode 0444:
+with no -wal or -shm beside it, a reader that cannot write it opens it immutable, so it
+serves from a read-only mount, an image layer or an NFS export alike. It is built under a
+fresh name in the target's directory and renamed over the target whole, so a reader sees
+the old file or the new one, never half of one, and a link planted at the target is
+replaced, never written through.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .. import trust
+from .cache import KernelCache
+
+SHIPPED_MODE = 0o444
+
+
+def ship(target: Path, sources: list[Path]) -> list[tuple[Path, int]]:
+    """Write target from every intact entry of target (if it exists) and of the sources;
+    returns (source, entries it added) for each."""
+    target = Path(target)
+    trust.make_cache_dir(target.parent)
+    trust.check_cache_location(target)
+    if target.exists():      # its entries go into the new file: never replace what cannot be read
+        current = KernelCache(target, read_only=True)
+        readable = current.readable
+        current.close()
+        if not readable:
+            raise RuntimeError(f"cannot read the kernel cache {target}; not replacing it (move it aside first)")
+    temp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    added = []
+    try:
+        cache = KernelCache(temp, read_only=False, journal="delete")
+        try:
+            for source in ([target] if target.is_file() else []) + list(sources):
+                added.append((Path(source), cache.merge_from(source)))
+            cache.compact()
+        finally:
+            cache.close()
+        os.chmod(temp, SHIPPED_MODE)
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return added

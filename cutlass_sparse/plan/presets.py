@@ -1,0 +1,81 @@
+"""Warm-up presets: sets of kernels worth shipping to a fleet.
+
+A preset is a list of problems; its kernels are the ones the family plans pick for them
+by default (no profiler record, no split), found by making each plan up to the point
+where it asks for its kernel (kernels.first_asked: nothing compiled, no GPU). So a
+preset follows the selection heuristics as they change, without restating them.
+"""
+from __future__ import annotations
+
+import math
+
+from ..build import kernels
+from ..describe import catalog
+from ..describe.description import CompressorConfig
+from ..describe.problem import Problem
+from . import plans
+
+# (model, fused QKV rows, MLP intermediate size) per hidden size: dense LLMs whose
+# projections a fleet serves. QKV is grouped-query (Llama 3, Mistral) or multi-head (Llama 2).
+MODELS = {
+    4096: (("Llama-3-8B, Mistral-7B", 6144, 14336), ("Llama-2-7B", 12288, 11008)),
+    5120: (("Llama-2-13B", 15360, 13824),),
+    8192: (("Llama-2-70B, Llama-3-70B", 10240, 28672),),
+}
+PRESETS = {"llm": (4096, 5120, 8192), "llm-4096": (4096,), "llm-5120": (5120,), "llm-8192": (8192,)}
+DTYPES = ("f16", "bf16")
+# x as cs.matmul takes it ([K, N] row-major) and as cs.linear reads x [tokens, K] (column-major).
+LAYOUTS = ("row", "col")
+N_MAX = 8192          # tokens per call: decode batches up to long prefill chunks
+# The GPU each target's SM count is taken from (waves of tiles depend on it).
+SM_COUNTS = {"sm_80": 108, "sm_90": 132, "sm_90a": 132}   # A100, H100
+
+
+def projections(hidden: int) -> list[tuple[int, int]]:
+    """(M, K) = (out features, in features) of QKV, attention output, MLP up and gate (each,
+    and fused), down."""
+    shapes = []
+    for _, qkv, ffn in MODELS[hidden]:
+        shapes += [(qkv, hidden), (hidden, hidden), (ffn, hidden), (2 * ffn, hidden), (hidden, ffn)]
+    return list(dict.fromkeys(shapes))
+
+
+def token_counts(n_max: int = N_MAX) -> list[int]:
+    """N values standing for every N in 1..n_max. Default selection sees N only through the
+    tiles along N (ceil(N / tile N); every catalog tile's N is a multiple of `step`) and N's
+    alignment (1, 2, 4 or 8 elements): one N of each alignment in each step-wide interval
+    covers them all (tests check it against every N on a smaller range)."""
+    step = math.gcd(*(tile[0][1] for name in ("sm80", "sm90") for tile in catalog.load(name).tiles))
+    assert step % 8 == 0, step      # else an interval's top would not stand for 8-aligned N
+    return sorted({base + r for base in range(0, n_max, step) for r in (1, 2, 4, step) if base + r <= n_max})
+
+
+def family_of(arch: str) -> tuple[str, str]:
+    """(family, the GPU's arch a plan runs on) for a compile target: sm_90a is the sm90
+    family on an sm_90 GPU; every other target the sm80 family on a GPU of that arch."""
+    return ("sm90", "sm_90") if arch == "sm_90a" else ("sm80", arch)
+
+
+def problems(name: str, arch: str, sm_count: int, n_max: int = N_MAX) -> list[Problem]:
+    family, gpu = family_of(arch)
+    return [Problem.contiguous(family, m, n, k, element=dtype, layout_b=layout, arch=gpu, sm_count=sm_count)
+            for hidden in PRESETS[name] for m, k in projections(hidden)
+            for dtype in DTYPES for layout in LAYOUTS for n in token_counts(n_max)]
+
+
+def items(name: str, archs: list[str], sm_counts: dict[str, int] | None = None,
+          n_max: int = N_MAX) -> list[tuple[object, str]]:
+    """(kernel, compile target) for every kernel of a preset on these targets, in a fixed
+    order: what default selection picks for each problem, and on sm_90a the compressors
+    that cs.compress runs. sm_counts: per target, else SM_COUNTS (KeyError if neither)."""
+    found = []
+    for arch in archs:
+        arch = kernels.normalize_arch(arch)
+        count = (sm_counts or {}).get(arch) or SM_COUNTS[arch]
+        if arch == "sm_90a":
+            found += [(CompressorConfig(dtype), arch) for dtype in DTYPES]
+        for problem in problems(name, arch, count, n_max):
+            asked = kernels.first_asked(lambda: plans.make(problem))
+            if asked is not None:
+                found.append((asked[0], kernels.normalize_arch(asked[1])))
+    return list(dict.fromkeys(found))

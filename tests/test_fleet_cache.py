@@ -1,0 +1,409 @@
+"""A cache a fleet shares (issue 14, items 3 and 4): presets built by job arrays, merged
+into one read-only file that serves with no compiles; shipped files searched after the
+writable cache; foreign versions detected; with compiling forbidden, the best cached
+kernel stands in. CPU only: NVRTC is replaced by a stand-in except in the one sm80 test."""
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+
+from cutlass_sparse import env
+from cutlass_sparse.build import cache as cache_mod
+from cutlass_sparse.build import cache_ship, compiler, kernels, warmup
+from cutlass_sparse.build.cache import KernelCache
+from cutlass_sparse.cli import main as cli_main
+from cutlass_sparse.describe.problem import Problem
+from cutlass_sparse.plan import plans, present, presets
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARD_VARS = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP",
+              "JOB_COMPLETION_INDEX", "CUTLASS_SPARSE_SHARD_COUNT", "CUTLASS_SPARSE_NO_COMPILE",
+              "CUTLASS_SPARSE_CACHE_READONLY")
+
+
+@pytest.fixture(autouse=True)
+def clean_state(monkeypatch, tmp_path):
+    for name in SHARD_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", str(tmp_path / "default.db"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir(mode=0o700)
+    monkeypatch.setattr(cache_mod, "_default", None)
+    monkeypatch.setattr(plans, "_plans", OrderedDict())
+    monkeypatch.setattr(present, "_said", present.threading.Event())
+    # No GPU here to name in a profiler signature; no records either.
+    monkeypatch.setattr(plans, "recorded_choice", lambda problem, config: None)
+
+
+class _Matches:
+    """Equal to anything: the stand-in cubin's entry takes whatever the launcher passes."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+
+@pytest.fixture
+def fake_nvrtc(monkeypatch):
+    """NVRTC replaced by a stand-in whose cubin names its kernel; returns the names it compiled."""
+    compiled = []
+
+    def compile_to_cubin(source, name, options, headers=()):
+        if env.compile_disabled():
+            raise compiler.CompileError(name, "compilation disabled by CUTLASS_SPARSE_NO_COMPILE", options,
+                                        Path("/dev/null"))
+        compiled.append(name)
+        return compiler.Compiled(f"cubin of {name}".encode(), "", 0.0)
+
+    monkeypatch.setattr(compiler, "compile_to_cubin", compile_to_cubin)
+    monkeypatch.setattr(kernels.cubin, "kernel_param_bytes", lambda data, symbol: _Matches())
+    monkeypatch.setattr(kernels.cubin, "read_int32", lambda data, symbol: 128)
+    return compiled
+
+
+def private(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def run_cli(*args) -> int:
+    return cli_main.main(list(args))
+
+
+# -- item 4: presets and job arrays ---------------------------------------------------------
+
+def test_token_counts_stand_for_every_n():
+    # The preset plans for ~1024 N, not 8192: every kernel selection picks for any N must
+    # be among those it picks for the representatives.
+    def kernels_for(ns, family, arch, sm_count):
+        found = set()
+        for n in ns:
+            for dtype in ("f16", "bf16"):
+                for layout in ("row", "col"):
+                    for m, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
+                        problem = Problem.contiguous(family, m, n, k, element=dtype, layout_b=layout, arch=arch,
+                                                     sm_count=sm_count)
+                        found.add(kernels.first_asked(lambda: plans.make(problem))[0])
+        return found
+
+    for family, arch, sm_count in (("sm80", "sm_80", 108), ("sm90", "sm_90", 132)):
+        every = kernels_for(range(1, 385), family, arch, sm_count)
+        assert kernels_for(presets.token_counts(384), family, arch, sm_count) == every
+        assert len(every) > 4      # several tiles and alignments: the claim is not vacuous
+
+
+def test_preset_lists_what_default_selection_picks():
+    items = presets.items("llm-5120", ["sm_80", "sm_90a"])
+    assert len(items) == len(set(items))
+    names = {c.name for c, _ in items}
+    assert {a for _, a in items} == {"sm_80", "sm_90a"}
+    assert any("compressor" in c.family for c, a in items if a == "sm_90a")
+    for n in (1, 7, 16, 100, 4096, 8192):        # any N, not only the representatives
+        for dtype in presets.DTYPES:
+            for m, k in presets.projections(5120):
+                for family, arch, gpu, sm_count in (("sm80", "sm_80", "sm_80", 108), ("sm90", "sm_90a", "sm_90", 132)):
+                    problem = Problem.contiguous(family, m, n, k, element=dtype, layout_b="col", arch=gpu,
+                                                 sm_count=sm_count)
+                    config, asked_arch = kernels.first_asked(lambda: plans.make(problem))
+                    assert config.name in names and kernels.normalize_arch(asked_arch) == arch
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0"}, (3, 4)),
+    ({"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "8", "SLURM_ARRAY_TASK_MIN": "1"}, (0, 8)),
+    ({"SLURM_ARRAY_TASK_ID": "6", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0",
+      "SLURM_ARRAY_TASK_STEP": "2"}, (3, 4)),
+    ({"JOB_COMPLETION_INDEX": "5", "CUTLASS_SPARSE_SHARD_COUNT": "6"}, (5, 6)),
+    ({}, None),
+])
+def test_shard_from_environment(monkeypatch, variables, expected):
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    found = env.shard_from_environment()
+    assert (found and found[:2]) == expected
+
+
+@pytest.mark.parametrize("variables, message", [
+    ({"SLURM_ARRAY_TASK_ID": "x", "SLURM_ARRAY_TASK_COUNT": "4"}, "SLURM_ARRAY_TASK_ID='x' is not an integer"),
+    ({"SLURM_ARRAY_TASK_ID": "9", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0"}, "not one of 4"),
+    ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "0"}, "SLURM_ARRAY_TASK_COUNT=0: must be >= 1"),
+    ({"JOB_COMPLETION_INDEX": "3"}, "set CUTLASS_SPARSE_SHARD_COUNT"),
+    ({"JOB_COMPLETION_INDEX": "3", "CUTLASS_SPARSE_SHARD_COUNT": "3"}, "not below CUTLASS_SPARSE_SHARD_COUNT=3"),
+])
+def test_bad_shard_environment_is_a_one_line_usage_error(tmp_path, variables, message):
+    run_env = dict(os.environ, PYTHONPATH=str(ROOT), CUTLASS_SPARSE_CACHE=str(tmp_path / "w.db"), **variables)
+    result = subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "warmup", "--preset", "llm-4096"],
+                            capture_output=True, text=True, env=run_env, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cutlass-sparse: error: shard from the environment: "), lines
+    assert message in lines[0] and not (tmp_path / "w.db").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--preset", "gpt"], "argument --preset: invalid choice: 'gpt'"),
+    (["--sm-count", "100"], "argument --sm-count: only with --preset"),
+    (["--preset", "llm", "--all-alignments"], "argument --preset: not with --all-alignments"),
+    (["--preset", "llm", "--arch", "sm_86"], "no default SM count for sm_86"),
+])
+def test_preset_usage_errors(tmp_path, args, message):
+    result = subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "warmup", *args], capture_output=True,
+                            text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.splitlines()) == 1, \
+        result.stderr
+
+
+def read_as_nobody(db: Path, items, problems) -> dict:
+    """In a forked child, as nobody when we are root (root writes through any mode bits):
+    with CUTLASS_SPARSE_CACHE=db and compiling forbidden, load every kernel and make every
+    plan; report what came from the cache, what compiled, the warnings and db's directory."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            os.environ.update(CUTLASS_SPARSE_CACHE=str(db), CUTLASS_SPARSE_NO_COMPILE="1")
+            compiled = []
+            real = compiler.compile_to_cubin
+            compiler.compile_to_cubin = lambda source, name, *rest: compiled.append(name) or real(source, name, *rest)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                cache = cache_mod.default_cache()
+                served = [kernels.get(config, arch).from_cache for config, arch in items]
+                planned = [plans.get(problem).info()["from_cache"] for problem in problems]
+            report = {"served": served, "planned": planned, "compiled": compiled,
+                      "immutable": cache._immutable, "read_only": cache.read_only,
+                      "warnings": [str(w.message) for w in caught], "dir": sorted(os.listdir(db.parent))}
+            os.write(write_end, json.dumps(report).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_read_only_merged_preset_cache_serves_every_kernel_with_no_compiles(tmp_path, monkeypatch, fake_nvrtc):
+    # A two-task Slurm array builds its shares of the preset, a merge ships them as one
+    # file (0444, in a read-only directory); a node loads every kernel and makes plans
+    # from it with compiling forbidden: nothing compiles, nothing is written beside it.
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", "0")
+    shards = []
+    for task in range(2):
+        monkeypatch.setenv("SLURM_ARRAY_TASK_ID", str(task))
+        shards.append(private(tmp_path / "shards") / f"shard{task}.db")
+        assert run_cli("warmup", "--preset", "llm-4096", "--jobs", "1", "--cache", str(shards[-1])) == 0
+    items = presets.items("llm-4096", ["sm_80", "sm_90a"])
+    assert sorted(fake_nvrtc) == sorted(c.name for c, _ in items)          # each kernel compiled once
+    top = Path(tempfile.mkdtemp(dir="/tmp" if os.geteuid() == 0 else None))
+    try:
+        top.chmod(0o755)
+        fleet = private(top / "ro") / "fleet.db"
+        assert run_cli("cache", "merge", "--ship", "--path", str(fleet), *map(str, shards)) == 0
+        fleet.parent.chmod(0o555)
+        assert fleet.stat().st_mode & 0o777 == 0o444
+        sample = [p for arch in ("sm_80", "sm_90a") for p in presets.problems("llm-4096", arch, 132)[::97]]
+        report = read_as_nobody(fleet, items, sample)
+    finally:
+        (top / "ro").chmod(0o755)
+        shutil.rmtree(top)
+    assert report["read_only"] and report["immutable"]
+    assert report["compiled"] == [] and report["warnings"] == [], report["warnings"]
+    assert len(report["served"]) == len(items) > 80 and all(report["served"])
+    assert len(report["planned"]) > 50 and all(report["planned"])
+    assert report["dir"] == ["fleet.db"]                                   # no -wal, -shm or -journal
+
+
+def test_preset_shards_built_with_nvrtc_then_shipped(tmp_path):
+    # The real thing for two sm80 kernels of the preset: a Slurm array of two, a merge, a run
+    # with compiling forbidden that finds both cached.
+    items = presets.items("llm-4096", ["sm_80"])
+    tails = {}
+    for config, _ in items:
+        tails.setdefault(config.name.split("spgemm_", 1)[1].split("_", 1)[1], []).append(config.name)
+    only = next(tail for tail, names in tails.items() if len(names) == 2)   # the f16 and the bf16 kernel
+    shards = private(tmp_path / "shards")
+
+    def warm(cache, **variables):
+        run_env = dict(os.environ, PYTHONPATH=str(ROOT), CUTLASS_SPARSE_CACHE=str(cache), **variables)
+        return subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "warmup", "--preset", "llm-4096",
+                               "--arch", "sm_80", "--only", only, "--jobs", "1"],
+                              capture_output=True, text=True, env=run_env, cwd=tmp_path)
+
+    for task in (1, 2):     # --array=1-2: ids need not start at 0
+        result = warm(shards / f"s{task}.db", SLURM_ARRAY_TASK_ID=str(task), SLURM_ARRAY_TASK_COUNT="2",
+                      SLURM_ARRAY_TASK_MIN="1")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "summary: 1 compiled, 0 already cached, 0 failed" in result.stdout
+        assert f"shard {task - 1}/2 (from SLURM_ARRAY_TASK_ID={task}" in result.stderr
+    fleet = private(tmp_path / "fleet") / "fleet.db"
+    merged = subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "cache", "merge", "--ship", "--path",
+                             str(fleet), str(shards / "s1.db"), str(shards / "s2.db")],
+                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert merged.returncode == 0, merged.stderr
+    assert "2 kernels" in merged.stdout and "(this version)" in merged.stdout
+    again = warm(f"{tmp_path / 'own.db'}{os.pathsep}{fleet}", CUTLASS_SPARSE_NO_COMPILE="1")
+    assert "summary: 0 compiled, 2 already cached, 0 failed" in again.stdout, again.stdout + again.stderr
+    assert len(KernelCache(tmp_path / "own.db").rows()) == 0          # served from the shipped file
+
+
+# -- item 3: shipped caches, search order, foreign versions --------------------------------
+
+def put(cache: KernelCache, key: str, cubin: bytes, toolchain: str | None = None) -> None:
+    cache.put(key, f"kernel-{key}", "sm_80", cubin, {} if toolchain is None else {"toolchain": toolchain})
+
+
+def test_search_path_from_the_environment(monkeypatch, tmp_path):
+    sep = os.pathsep
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", f"{tmp_path}/own.db{sep}{tmp_path}/a.db{sep}{sep}{tmp_path}/b.db")
+    assert env.cache_search_path() == (tmp_path / "own.db", tmp_path / "a.db", tmp_path / "b.db")
+    assert env.cache_path() == tmp_path / "own.db"
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", f"{sep}{tmp_path}/a.db")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert env.cache_search_path() == (tmp_path / "xdg" / "cutlass_sparse" / "compiled_cache.db", tmp_path / "a.db")
+
+
+def test_writable_cache_then_shipped_ones_in_order(monkeypatch, tmp_path):
+    d = private(tmp_path / "c")
+    first, second = KernelCache(d / "first.db"), KernelCache(d / "second.db")
+    put(first, "both", b"from first")
+    put(second, "both", b"from second")
+    put(second, "only-second", b"second's")
+    first.close()
+    second.close()
+    sep = os.pathsep
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", f"{d}/own.db{sep}{d}/missing.db{sep}{d}/first.db{sep}{d}/second.db")
+    with pytest.warns(UserWarning, match="missing.db .* does not exist; not searched"):
+        cache = cache_mod.default_cache()
+    assert cache_mod.default_cache() is cache                     # not reopened per call
+    assert [c.read_only for c in cache.shipped] == [True, True]
+    assert cache.get("both").cubin == b"from first" and cache.get("only-second").cubin == b"second's"
+    put(cache, "both", b"own")                                    # the writable one is searched first
+    assert cache.get("both").cubin == b"own"
+    assert KernelCache(d / "second.db").rows()[0][0] == "both"    # shipped files untouched
+    assert len(KernelCache(d / "first.db").rows()) == 1
+
+
+def test_cache_of_another_version_is_detected_and_not_searched(monkeypatch, tmp_path):
+    ours = env.toolchain_identity()
+    theirs = ours.replace(f"cutlass_sparse {env.PACKAGE_VERSION}", "cutlass_sparse 0.0.9")
+    theirs = "\n".join(line if not line.startswith("nvidia-cutlass") else "nvidia-cutlass 3.9.0"
+                       for line in theirs.splitlines())
+    d = private(tmp_path / "c")
+    old = KernelCache(d / "old.db")
+    put(old, "k", b"a binary another version built", theirs)   # even under a key we would ask for
+    old.put_winner("sig", {"name": "old"}, [])
+    old.close()
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", f"{d}/own.db{os.pathsep}{d}/old.db")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache = cache_mod.default_cache()
+        assert cache.get("k") is None and cache.get("k") is None and cache.get_winner("sig") is None
+    said = [str(w.message) for w in caught if "another version" in str(w.message)]
+    assert len(said) == 1, said
+    assert "cutlass_sparse 0.0.9" in said[0] and "nvidia-cutlass 3.9.0" in said[0] and str(d / "old.db") in said[0]
+    stats = subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "cache", "stats", "--path", str(d / "old.db")],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert "built by: cutlass_sparse 0.0.9 / nvidia-cutlass 3.9.0" in stats.stdout and "this version" not in stats.stdout
+    # A file our version also wrote to is searched (every entry is still keyed by version).
+    mixed = KernelCache(d / "mixed.db")
+    put(mixed, "k", b"ours", ours)
+    with pytest.warns(UserWarning, match="another version .*copied, but this version will not serve them"):
+        mixed.merge_from(d / "old.db")
+    mixed.close()
+    assert KernelCache(d / "mixed.db", read_only=True).get("k").cubin == b"ours"
+
+
+def test_ship_writes_one_read_only_file_and_loses_nothing(tmp_path, monkeypatch):
+    d = private(tmp_path / "c")
+    a, b = KernelCache(d / "a.db"), KernelCache(d / "b.db")
+    put(a, "a", b"A", env.toolchain_identity())
+    put(b, "b", b"B")
+    a.put_winner("sig", {"name": "w"}, [])
+    a.close()
+    b.close()
+    out = private(tmp_path / "out")
+    junk = out / "junk.db"
+    junk.write_bytes(b"not a database")
+    with pytest.warns(UserWarning, match="unreadable"), pytest.raises(RuntimeError, match="not replacing it"):
+        cache_ship.ship(junk, [d / "a.db"])
+    assert junk.read_bytes() == b"not a database"
+    junk.unlink()
+    victim = KernelCache(out / "victim.db")
+    put(victim, "v", b"V")
+    victim.close()
+    before = (out / "victim.db").read_bytes()
+    (out / "fleet.db").symlink_to(out / "victim.db")    # a link at the target: read, replaced, not written through
+    cache_ship.ship(out / "fleet.db", [d / "a.db"])
+    assert (out / "victim.db").read_bytes() == before and not (out / "fleet.db").is_symlink()
+    cache_ship.ship(out / "fleet.db", [d / "b.db"])      # the target's own entries are kept
+    fleet = out / "fleet.db"
+    beside = lambda: [name for name in os.listdir(out) if name.startswith("fleet.db")]  # noqa: E731
+    assert fleet.stat().st_mode & 0o777 == 0o444 and beside() == ["fleet.db"]
+    with sqlite3.connect(f"{fleet.as_uri()}?mode=ro", uri=True) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    monkeypatch.setattr(cache_mod, "_writable", lambda path: path != fleet)  # as a non-root reader sees 0444
+    shipped = KernelCache(fleet)
+    assert shipped.read_only and shipped._immutable                    # writable directory, shipped file
+    assert [shipped.get(key).cubin for key in "abv"] == [b"A", b"B", b"V"]
+    assert shipped.get_winner("sig")[0] == {"name": "w"} and shipped.toolchains() == [env.toolchain_identity()]
+    assert beside() == ["fleet.db"]                                   # no -journal, -wal or -shm
+
+
+# -- item 3: compiling forbidden, the best kernel present ----------------------------------
+
+def test_no_compile_serves_the_best_cached_kernel_and_says_so_once(tmp_path, monkeypatch, fake_nvrtc):
+    from cutlass_sparse.describe import selection
+
+    small = selection.config_for_shape(4096, 16, 4096, "f16", "f16", "row", 108)
+    chosen = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 108)
+    assert small != chosen
+    kernels.get(small, "sm_80")                       # the only f16 kernel in the cache
+    monkeypatch.setattr(kernels, "_memo", {})          # a fresh process from here on
+    monkeypatch.setenv("CUTLASS_SPARSE_NO_COMPILE", "1")
+
+    def problem(n, element="f16"):
+        return Problem.contiguous("sm80", 4096, n, 4096, element=element, arch="sm_80", sm_count=108)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = plans.get(problem(4096)).info()
+        second = plans.get(problem(2048)).info()
+    assert first["config"] == second["config"] == small.name and first["from_cache"]
+    said = [str(w.message) for w in caught if "CUTLASS_SPARSE_NO_COMPILE" in str(w.message)]
+    assert len(said) == 1 and chosen.name in said[0] and small.name in said[0], said
+    with pytest.raises(compiler.CompileError):        # nothing cached for bf16: the usual error
+        plans.get(problem(4096, "bf16"))
+    with pytest.raises(compiler.CompileError):        # a kernel the caller names is never replaced
+        plans.get(problem(4096), chosen)
+    assert fake_nvrtc == [small.name]
+
+
+def test_without_no_compile_a_missing_kernel_compiles(tmp_path, fake_nvrtc):
+    from cutlass_sparse.describe import selection
+
+    kernels.get(selection.config_for_shape(4096, 16, 4096, "f16", "f16", "row", 108), "sm_80")
+    info = plans.get(Problem.contiguous("sm80", 4096, 4096, 4096, arch="sm_80", sm_count=108)).info()
+    assert info["config"] == selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 108).name
+    assert len(fake_nvrtc) == 2
+
+
+def test_warmup_shards_of_a_preset_cover_it_once():
+    items = presets.items("llm-8192", ["sm_90a"])
+    parts = [warmup.shard(items, i, 3) for i in range(3)]
+    assert sorted(c.name for part in parts for c, _ in part) == sorted(c.name for c, _ in items)
