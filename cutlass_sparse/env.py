@@ -212,9 +212,9 @@ def header_sources() -> tuple[tuple[Path, str], ...]:
 
 @functools.cache
 def nvrtc_version() -> str:
+    major = nvrtc_major()     # first: it turns a missing NVRTC into the message naming the extras
     from cuda.bindings import nvrtc
 
-    major = nvrtc_major()
     _, _, minor = nvrtc.nvrtcVersion()
     # The pip wheel's patch level changes code generation too; record it when known.
     dist = NVRTC_DIST.get(major)
