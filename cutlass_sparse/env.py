@@ -119,10 +119,13 @@ class CudaStackMissing(RuntimeError):
 
 
 def _nvidia_roots() -> list[Path]:
-    """Every site-packages/nvidia directory (namespace package of the nvidia-cuda-* wheels).
+    """Every site-packages/nvidia directory of the nvidia-cuda-* wheels.
 
     The wheels may sit in several site directories (e.g. a --target dir beside the
-    system's), so each header piece is looked up across all of them.
+    system's), so each header piece is looked up across all of them. (CUDA 13's wheels
+    make `nvidia` a namespace package spanning them; CUDA 12's ship nvidia/__init__.py,
+    which makes it an ordinary package of one directory, so install a CUDA 12 stack into
+    one site directory.)
 
     Not cuda.pathfinder's locate_nvidia_header_directory: it names one directory and
     whether it came from site-packages or CUDA_HOME, but the cache key needs the exact
@@ -141,8 +144,8 @@ def nvrtc_major() -> int:
 
     Asked of the loaded library, not of installed wheel names: cuda.pathfinder, which
     cuda.bindings loads NVRTC through, takes libnvrtc.so.13 or .so.12, whichever it finds
-    (with both extras installed, either), and headers of another CUDA than the
-    compiler's do not compile CUTLASS.
+    (with both extras installed, the .so.13: it searches nvidia/cu13/lib first; a preloaded
+    .so.12 wins), and headers of another CUDA than the compiler's do not compile CUTLASS.
     """
     try:
         from cuda.bindings import nvrtc
