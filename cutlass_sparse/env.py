@@ -154,22 +154,68 @@ def _cuda_home() -> Path | None:
     return default if default.exists() else None
 
 
-def _pip_cuda_includes() -> list[Path]:
-    """Every site-packages/nvidia/cu13/include from NVIDIA's pip header packages.
+# Where NVIDIA's pip header wheels put each piece, per CUDA major, relative to a
+# site-packages/nvidia directory, with the wheel whose version names it in the cache key.
+# CUDA 13 wheels share one nvidia/cu13/include (CCCL in its cccl/ folder); CUDA 12 wheels
+# each have their own nvidia/<component>/include, and CUDA 12 ships the crt headers
+# (crt/host_defines.h, ...) in the nvcc wheel: it has no separate crt wheel.
+PIP_HEADER_LAYOUT = {
+    13: {"cccl": ("cu13/include/cccl", "nvidia-cuda-cccl"),
+         "runtime": ("cu13/include", "nvidia-cuda-runtime"),
+         "crt": ("cu13/include", "nvidia-cuda-crt")},
+    12: {"cccl": ("cuda_cccl/include", "nvidia-cuda-cccl-cu12"),
+         "runtime": ("cuda_runtime/include", "nvidia-cuda-runtime-cu12"),
+         "crt": ("cuda_nvcc/include", "nvidia-cuda-nvcc-cu12")},
+}
+# The NVRTC wheel of each CUDA major, whose exact version goes into the cache key.
+NVRTC_DIST = {13: "nvidia-cuda-nvrtc", 12: "nvidia-cuda-nvrtc-cu12"}
+
+INSTALL_HINT = ("install one CUDA stack with the package: pip install 'cutlass-sparse[cu13]' (drivers of "
+                "CUDA 13, 580 and newer) or 'cutlass-sparse[cu12]' (drivers of CUDA 12)")
+
+
+class CudaStackMissing(RuntimeError):
+    """No usable NVRTC: the package was installed without its [cu13] or [cu12] extra."""
+
+
+def _nvidia_roots() -> list[Path]:
+    """Every site-packages/nvidia directory of the nvidia-cuda-* wheels.
+
+    The wheels may sit in several site directories (e.g. a --target dir beside the
+    system's), so each header piece is looked up across all of them. (CUDA 13's wheels
+    make `nvidia` a namespace package spanning them; CUDA 12's ship nvidia/__init__.py,
+    which makes it an ordinary package of one directory, so install a CUDA 12 stack into
+    one site directory.)
 
     Not cuda.pathfinder's locate_nvidia_header_directory: it names one directory and
     whether it came from site-packages or CUDA_HOME, but the cache key needs the exact
     wheel version of each piece (CCCL, runtime, crt), which these directories give.
-
-    The wheels may sit in several site directories (e.g. a --target dir beside the
-    system's), so each header piece is looked up across all of them.
     """
     try:
-        import nvidia  # namespace package of the nvidia-cuda-* wheels
+        import nvidia
     except ImportError:
         return []
-    return [Path(root) / "cu13" / "include" for root in nvidia.__path__
-            if (Path(root) / "cu13" / "include").is_dir()]
+    return [Path(root) for root in nvidia.__path__]
+
+
+@functools.cache
+def nvrtc_major() -> int:
+    """The CUDA major of the NVRTC that cuda.bindings loads: it picks the headers.
+
+    Asked of the loaded library, not of installed wheel names: cuda.pathfinder, which
+    cuda.bindings loads NVRTC through, takes libnvrtc.so.13 or .so.12, whichever it finds
+    (with both extras installed, the .so.13: it searches nvidia/cu13/lib first; a preloaded
+    .so.12 wins), and headers of another CUDA than the compiler's do not compile CUTLASS.
+    """
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, _ = nvrtc.nvrtcVersion()
+    except (ImportError, RuntimeError, OSError) as exc:   # no cuda-bindings, or no libnvrtc to load
+        raise CudaStackMissing(f"cannot load NVRTC ({exc}): {INSTALL_HINT}") from exc
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CudaStackMissing(f"nvrtcVersion failed ({err}): {INSTALL_HINT}")
+    return major
 
 
 @functools.cache
@@ -194,7 +240,12 @@ def header_sources() -> tuple[tuple[Path, str], ...]:
     sources.append((root / "include", cutlass_id))
     sources.append((root / "tools" / "util" / "include", cutlass_id))
 
-    pip_incs = _pip_cuda_includes()
+    major = nvrtc_major()
+    layout = PIP_HEADER_LAYOUT.get(major)
+    if layout is None:
+        raise CudaStackMissing(f"NVRTC {major} is not a CUDA major this package knows the headers of "
+                               f"({', '.join(map(str, sorted(PIP_HEADER_LAYOUT)))}): {INSTALL_HINT}")
+    roots = _nvidia_roots()
     home = _cuda_home()
     home_id = None
     if home is not None:
@@ -202,31 +253,35 @@ def header_sources() -> tuple[tuple[Path, str], ...]:
         digest = hashlib.sha256(version_json.read_bytes()).hexdigest()[:16] if version_json.exists() else "unknown"
         home_id = f"CUDA_HOME version.json {digest}"
 
-    def pick(rel_pip: str, dist: str, rel_home: str, probe: str) -> None:
-        found = [inc / rel_pip for inc in pip_incs if (inc / rel_pip / probe).exists()]
+    def pick(piece: str, rel_home: str, probe: str) -> None:
+        rel_pip, dist = layout[piece]
+        found = [root / rel_pip for root in roots if (root / rel_pip / probe).exists()]
         if found and _version(dist):
             sources.append((found[0], f"{dist} {_version(dist)}"))
         elif home is not None and (home / rel_home / probe).exists():
             sources.append((home / rel_home, home_id))
         else:
-            raise RuntimeError(
-                f"cannot find the CUDA header {probe!r}: install the pip package {dist} "
-                f"(see pyproject.toml for the pinned version) or set CUDA_HOME"
+            raise CudaStackMissing(
+                f"cannot find the CUDA {major} header {probe!r} for NVRTC {major}: install the pip package "
+                f"{dist} (see pyproject.toml's cu{major} extra for the pinned version) or set CUDA_HOME; "
+                f"{INSTALL_HINT}"
             )
 
-    pick("cccl", "nvidia-cuda-cccl", "include/cccl", "cuda/std/type_traits")
-    pick("", "nvidia-cuda-runtime", "include", "cuda_runtime.h")
-    pick("", "nvidia-cuda-crt", "include", "crt/host_defines.h")
+    pick("cccl", "include/cccl", "cuda/std/type_traits")
+    pick("runtime", "include", "cuda_runtime.h")
+    pick("crt", "include", "crt/host_defines.h")
     return tuple(sources)
 
 
 @functools.cache
 def nvrtc_version() -> str:
+    major = nvrtc_major()     # first: it turns a missing NVRTC into the message naming the extras
     from cuda.bindings import nvrtc
 
-    _, major, minor = nvrtc.nvrtcVersion()
+    _, _, minor = nvrtc.nvrtcVersion()
     # The pip wheel's patch level changes code generation too; record it when known.
-    return f"{major}.{minor} ({_version('nvidia-cuda-nvrtc') or 'system'})"
+    dist = NVRTC_DIST.get(major)
+    return f"{major}.{minor} ({(_version(dist) if dist else None) or 'system'})"
 
 
 @functools.cache
