@@ -105,20 +105,14 @@ def needed_kernels(problem: Problem, config=None) -> list:
     CompiledKernels. The plan is the one cs.matmul makes (no GPU is touched: loading is lazy)."""
     from ..build import kernels
     from ..describe.description import CompressorConfig
-    from ..launch import sm90
     from ..plan import plans
 
     try:
-        if problem.family == "sm90":
-            sm90.check_tma(problem)
-            gemm, _ = sm90.resolve(problem, config)
-        else:
-            plan = plans.make(problem, config)
+        plan = plans.make(problem, config)
     except ValueError as exc:   # the library refuses this problem: a usage error
         raise UsageError(str(exc).splitlines()[0]) from None
     if problem.family == "sm90":   # cs.compress(layout="sm90") runs CUTLASS's compressor first
-        return [kernels.get(CompressorConfig(problem.element), types.SM90_TARGET),
-                kernels.get(gemm, types.SM90_TARGET)]
+        return [kernels.get(CompressorConfig(problem.element), types.SM90_TARGET), plan.compiled]
     found = [plan.gemm.kernel.compiled]
     if plan.reduction is not None:
         found.append(plan.reduction.kernel.compiled)
