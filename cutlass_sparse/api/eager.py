@@ -15,7 +15,6 @@ is not row-major) is never remembered. A new profiler record empties it.
 """
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 from ..describe import dtypes, selection
@@ -134,7 +133,7 @@ def _for_n(entry: tuple, fast_key: tuple) -> tuple:
     out = problem.out
     if out is not None and out.layout == "row":
         out = Operand("row", n, out.align)
-    problem = dataclasses.replace(problem, n=n, x=x, out=out)
+    problem = problem.with_(n=n, x=x, out=out)
     return plans.get(problem), problem
 
 

@@ -158,7 +158,7 @@ class Sm90Plan:
         d_extent = n_k if layout_c == "row" else p.m
         out = staged(Operand(layout_c, d_extent, TMA_ALIGN), d_extent, out_item) if self.stage_out else p.out
         c = staged(p.c, d_extent, out_item) if self.stage_c else p.c
-        self.kernel_problem = dataclasses.replace(p, n=n_k, x=x, out=out, c=c)
+        self.kernel_problem = p.with_(n=n_k, x=x, out=out, c=c)
         if kernel is None:
             self.config, self.scheduling = resolve(self.kernel_problem, config, choice)
             self.compiled = kernels.get(self.config, device.sm90_target(p.arch, p.device_id))
