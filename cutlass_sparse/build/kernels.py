@@ -111,6 +111,11 @@ class KernelAsked(BaseException):
 _asking = threading.local()
 
 
+def asking() -> bool:
+    """Whether this thread is inside first_asked (plans are being listed, not made)."""
+    return getattr(_asking, "on", False)
+
+
 def first_asked(build: Callable[[], object]) -> tuple[object, str] | None:
     """The first (kernel, arch) build() asks get() for, with nothing compiled or loaded:
     build stops there. Lists what plans pick without a GPU or a compiler (warm-up presets,

@@ -147,7 +147,7 @@ class Sm90Plan:
         self.layout_c = layout_c = "row" if p.out is None else p.out.layout
         # The kernel's N: CUTLASS's TMA collectives want the contiguous extent of a row-major
         # B or D in whole 16-byte vectors, so an N that is not runs on N rounded up, with x's
-        # extra columns zero and D's dropped. Column-major x and D take any N.
+        # extra columns unwritten and D's dropped. Column-major x and D take any N.
         rounds = p.layout_b == "row" or layout_c == "row"
         self.n_k = n_k = round_up(p.n, TMA_ALIGN // min(item, out_item)) if rounds else p.n
         # What the kernel sees: each operand in place where TMA can take it, else staged.

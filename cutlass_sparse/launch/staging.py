@@ -16,8 +16,8 @@ def _copy_lines(dst_ptr: int, dst_pitch: int, src_ptr: int, src_pitch: int, widt
 def stage(array, ld: int, layout: str, n_k: int):
     """A copy of a 2-D [R, N] array (row- or column-major, as `layout` says) in a fresh
     buffer with leading dimension `ld` (elements), seen as [R, n_k]: row-major in [R, ld],
-    column-major in [n_k, ld].T. Columns past N are zero (they reach only D's columns
-    past N, which are dropped)."""
+    column-major in [n_k, ld].T. Columns past N are left unwritten: column j of x (or C)
+    reaches only column j of D, and D's columns past N are dropped."""
     import cupy
 
     rows, cols = array.shape
@@ -28,8 +28,6 @@ def stage(array, ld: int, layout: str, n_k: int):
     else:
         buffer = cupy.empty((n_k, ld), dtype=array.dtype)
         view, lines, width, pitch = buffer[:, :rows].T, cols, rows * item, array.strides[1]
-    if n_k != cols:
-        cupy.cuda.runtime.memsetAsync(buffer.data.ptr, 0, buffer.nbytes, cupy.cuda.get_current_stream().ptr)
     _copy_lines(buffer.data.ptr, ld * item, array.data.ptr, pitch, width, lines)
     return view
 

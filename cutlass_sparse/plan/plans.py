@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict
 
 from .. import env
+from ..build import kernels
 from ..build.compiler import CompileError
 from ..describe import selection
 from ..describe.description import SparseGemmConfig
@@ -63,7 +64,8 @@ def make(problem: Problem, config: SparseGemmConfig | None = None, choice=None) 
         problem = dataclasses.replace(problem, split_k=choice.split_k, split_k_mode=choice.split_k_mode)
     if problem.family == "sm90":
         key = range_key(problem, config, choice)
-        kernel = _range_kernels.get(key)
+        # listing what a plan would ask for (kernels.first_asked) asks, whatever is remembered
+        kernel = None if kernels.asking() else _range_kernels.get(key)
         plan = Sm90Plan(problem, config, choice, kernel)
         if kernel is None:
             with _lock:
