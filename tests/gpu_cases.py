@@ -199,17 +199,25 @@ def selection_config(m, n, k, dtype, family, sm_count):
 
 
 def linear_problem(m, n, k, activation="identity", sm_count=132, element="f16"):
-    """What cs.linear asks of the sm90 family: x.T column-major, D column-major."""
+    """What cs.linear asks of the sm90 family: x.T column-major; D as linear_out_layout says."""
+    from cutlass_sparse.describe import dtypes, selection
     from cutlass_sparse.describe.problem import Problem
 
+    layout = selection.linear_out_layout(n, dtypes.numpy_dtype(element).itemsize)
     return Problem.contiguous("sm90", m, n, k, element=element, layout_b="col", activation=activation,
-                              sm_count=sm_count, out_layout="col")
+                              sm_count=sm_count, out_layout="col" if layout == "col" else None)
 
 
 def linear_problems(sm_count: int = 132):
     """The sm90 cs.linear calls of the GPU tests (test_gpu_epilogue_split_k, test_gpu_torch)."""
     return [linear_problem(192, 40, 256, "silu", sm_count)] + [
         linear_problem(256, 7, 512, "relu", sm_count, element) for element in DTYPES]
+
+
+def selection_layout(tokens: int, element: str = "f16") -> str:
+    from cutlass_sparse.describe import dtypes, selection
+
+    return selection.linear_out_layout(tokens, dtypes.numpy_dtype(element).itemsize)
 
 
 def eager_problems(bench, sm_count: int = 132):
@@ -224,9 +232,11 @@ def eager_problems(bench, sm_count: int = 132):
     m, n, k = bench.HOST_SHAPE
     found = [problem(m, n, k, "row"), problem(m, n, k, "col"), linear_problem(m, n, k, sm_count=sm_count)]
     for width, hidden in bench.MLP_SHAPES:
-        for tokens in bench.TOKENS + bench.DECODE_TOKENS:
+        for tokens in bench.TOKENS + bench.DECODE_TOKENS:   # down reads up's D: row-major x where D is
+            down_x = "row" if selection_layout(tokens) == "row" else "col"
             found += [linear_problem(hidden, tokens, width, bench.ACTIVATION, sm_count),
-                      linear_problem(width, tokens, hidden, sm_count=sm_count)]
+                      linear_problem(width, tokens, hidden, sm_count=sm_count) if down_x == "col" else
+                      Problem.contiguous("sm90", width, tokens, hidden, layout_b="row", sm_count=sm_count)]
     for m, n, k in bench.ODD_PAIRS:
         found += [problem(m, n, k, "row"), problem(m, n + 1, k, "row")]
     found += [linear_problem(4096, n, 4096, sm_count=sm_count) for n in bench.NEW_N]

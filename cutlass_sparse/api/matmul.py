@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from ..describe import catalog, dtypes
+from ..describe import catalog, dtypes, selection
 from ..describe.description import SparseGemmConfig
 from ..formats.matrices import SparseBatch, SparseMatrix
 from ..plan import plans
@@ -215,11 +215,12 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
     """A Linear layer with a 2:4 sparse weight: activation(x @ w.T + bias).
 
     x: [tokens, K] device array; sw: the compressed weight [features, K]; bias: [features].
-    Computed as w @ x.T, which reads x in place (x.T is column-major). On the sm90 family
-    D is written column-major, so the result is a contiguous [tokens, features] array for
-    any token count; on sm80 (row-major D only) it is the transpose of the [features,
-    tokens] result, a Fortran-ordered view with no copy (a following cs.linear reads either
-    as it is). Other options go to cs.matmul (out=: the [features, tokens] array it writes).
+    Computed as w @ x.T, which reads x in place (x.T is column-major). The result is the
+    transpose of the [features, tokens] D, a [tokens, features] view with no copy:
+    Fortran-ordered where D is row-major, contiguous where the sm90 family writes D
+    column-major (token counts that are not whole 16-byte vectors, such as a decode step's,
+    so nothing is staged). A following cs.linear reads either as it is. Other options go to
+    cs.matmul (out=: the [features, tokens] array it writes).
     """
     if not isinstance(sw, SparseMatrix):
         raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (one weight), got {type(sw).__name__}")
@@ -227,13 +228,18 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
         x = operands.as_device_array(x, "x")
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D [tokens, K], got shape {tuple(x.shape)}")
-    if "out" not in options and (options.get("family") or sw.layout) == "sm90":
-        # The sm90 kernels write D column-major: a contiguous [tokens, features] result,
-        # whatever the token count (a row-major D needs N in whole 16-byte vectors).
+    if "out" not in options and (options.get("family") or sw.layout) == "sm90" and \
+            selection.linear_out_layout(x.shape[0], _itemsize(x)) == "col":
+        # A token count a row-major D cannot take in place: the sm90 kernels write D
+        # column-major, a contiguous [tokens, features] result, with nothing staged.
         tokens_major = _linear_out(sw, x, options.get("out_dtype"))
         if tokens_major is not None:
             options["out"] = tokens_major.T
     return matmul(sw, x.T, bias=bias, activation=activation, **options).T
+
+
+def _itemsize(x) -> int:
+    return x.element_size() if is_torch(x) else x.dtype.itemsize
 
 
 def _linear_out(sw, x, out_dtype):

@@ -86,6 +86,14 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
     return min(options, key=lambda o: sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count))
 
 
+def linear_out_layout(tokens: int, item: int) -> str:
+    """How cs.linear has the sm90 family write D [features, tokens]: column-major where a
+    row-major D would need staging (a token count not in whole 16-byte vectors: decode
+    steps); row-major otherwise, where column-major D measured up to 30% slower per block
+    (scripts/device/probe_linear.py, docs/NOTES.md)."""
+    return "col" if (tokens * item) % 16 else "row"
+
+
 def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int) -> int:
     """The tile scheduler's swizzle for a problem: 4 from eight waves of tiles up (keeps
     the operand panels of neighbouring tiles in L2; measured +2% at 8192^3, +11% at
