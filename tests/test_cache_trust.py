@@ -18,7 +18,7 @@ import pytest
 
 from cutlass_sparse import env, trust
 from cutlass_sparse.build import cache as cache_mod
-from cutlass_sparse.build import compiler
+from cutlass_sparse.build import cache_files, compiler
 from cutlass_sparse.build.cache import KernelCache, UnsafeCacheError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ def test_file_owned_by_another_user_is_refused_even_with_a_valid_checksum(tmp_pa
     db = filled(private(tmp_path / "c") / "c.db")
     with sqlite3.connect(db) as conn:       # a forged entry whose sha256 was recomputed
         conn.execute("UPDATE kernels SET cubin = ?, checksum = ? WHERE key = 'k0'",
-                     (b"forged", cache_mod._checksum(b"forged", '{"i": 0}')))
+                     (b"forged", cache_files.checksum(b"forged", '{"i": 0}')))
     fake_owner(monkeypatch, db)
     with pytest.raises(trust.UntrustedPathError) as info:
         KernelCache(db)

@@ -13,7 +13,6 @@ is reported once and never searched, so a cache built by another version is neve
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -24,31 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import env, trust
-from . import cache_repair
+from . import cache_files, cache_repair
 from ..trust import UnsafeCacheError, UntrustedPathError  # noqa: F401  (raised from here)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS kernels (
-    key TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    arch TEXT NOT NULL,
-    cubin BLOB NOT NULL,
-    meta TEXT NOT NULL,
-    checksum TEXT NOT NULL,
-    created REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS winners (
-    signature TEXT PRIMARY KEY,
-    choice TEXT NOT NULL,
-    table_json TEXT NOT NULL,
-    checksum TEXT NOT NULL,
-    created REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS toolchains (
-    identity TEXT PRIMARY KEY,
-    created REAL NOT NULL
-)
-"""
 
 
 @dataclass(frozen=True)
@@ -60,25 +36,9 @@ class Entry:
     meta: dict
 
 
-def _checksum(cubin: bytes, meta_json: str) -> str:
-    return hashlib.sha256(cubin + b"\0" + meta_json.encode()).hexdigest()
-
-
 def _writable(path: Path) -> bool:
     """Whether this process may write path (tests may monkeypatch it: root writes anything)."""
     return os.access(path, os.W_OK)
-
-
-def _shipped_file(path: Path) -> bool:
-    """A rollback-journal database with no journal beside it: complete as it stands, so a
-    reader that cannot write it may open it immutable (no locks, no -shm: read-only mounts, NFS).
-    A WAL file may have pages in its -wal that an immutable open would not see."""
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(20)
-    except OSError:
-        return False
-    return len(header) == 20 and header[18:20] == b"\x01\x01" and not Path(f"{path}-journal").exists()
 
 
 class KernelCache:
@@ -108,7 +68,7 @@ class KernelCache:
         if read_only is None:
             read_only = env.cache_read_only() or not file_writable or not dir_writable
         self.read_only = read_only
-        self._immutable = read_only and not file_writable and (not dir_writable or _shipped_file(self.path))
+        self._immutable = read_only and not file_writable and (not dir_writable or cache_files.shipped_file(self.path))
         self._journal = journal
         if not read_only:
             trust.make_cache_dir(self.path.parent)
@@ -167,7 +127,7 @@ class KernelCache:
             try:
                 conn.execute("PRAGMA busy_timeout=60000")
                 conn.execute(f"PRAGMA journal_mode={self._journal}")
-                conn.executescript(SCHEMA)
+                conn.executescript(cache_files.SCHEMA)
                 conn.execute("SELECT count(*) FROM kernels").fetchone()
                 self._identity = trust.file_identity(self._real)
                 return conn
@@ -215,7 +175,7 @@ class KernelCache:
 
     def _reset(self, exc: Exception) -> None:
         try:
-            aside = cache_repair.empty_in_place(self._conn, self._real, SCHEMA)
+            aside = cache_repair.empty_in_place(self._conn, self._real, cache_files.SCHEMA)
         except sqlite3.DatabaseError:
             self._conn.close()                # too damaged to rewrite: set it aside whole
             self._set_aside(exc)
@@ -240,7 +200,7 @@ class KernelCache:
         guard every entry), or stamped by our toolchain among others. A read-only file
         stamped only by other versions is reported once and never searched."""
         if self._foreign is None:
-            self._foreign = self.read_only and _foreign_to_us(self)
+            self._foreign = self.read_only and cache_files.foreign_to_us(self)
         return not self._foreign
 
     def _get(self, key: str) -> Entry | None:
@@ -252,7 +212,7 @@ class KernelCache:
             if row is None:
                 return None
             name, arch, cubin, meta_json, checksum = row
-            if _checksum(cubin, meta_json) != checksum:
+            if cache_files.checksum(cubin, meta_json) != checksum:
                 warnings.warn(f"kernel cache entry {name} ({key[:12]}) failed its checksum; recompiling")
                 if not self.read_only:
                     self._query(lambda c: c.execute("DELETE FROM kernels WHERE key = ?", (key,)))
@@ -268,7 +228,7 @@ class KernelCache:
             self._query(lambda c: c.execute(
                 "INSERT OR REPLACE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key, name, arch, cubin, meta_json, _checksum(cubin, meta_json), time.time())))
+                (key, name, arch, cubin, meta_json, cache_files.checksum(cubin, meta_json), time.time())))
             toolchain = meta.get("toolchain")
             if toolchain and toolchain not in self._stamped:   # once per process and toolchain
                 self._query(lambda c: c.execute("INSERT OR IGNORE INTO toolchains (identity, created) "
@@ -278,8 +238,7 @@ class KernelCache:
     def toolchains(self) -> list[str]:
         """The toolchains that wrote this file's kernels (empty: written before files were stamped)."""
         with self._lock:
-            return self._query(lambda c: [row[0] for row in c.execute(
-                "SELECT identity FROM toolchains ORDER BY created")] if _has_table(c, "toolchains") else [], [])
+            return self._query(lambda c: cache_files.column(c, "toolchains", "identity", "created"), [])
 
     def configs(self, arch: str, toolchain: str) -> list[dict]:
         """The JSON descriptions of the kernels for arch that toolchain built, in every file searched."""
@@ -299,12 +258,12 @@ class KernelCache:
                 return self._overlay_winners[signature]
             row = self._query(lambda c: c.execute(
                 "SELECT choice, table_json, checksum FROM winners WHERE signature = ?", (signature,)).fetchone()
-                if _has_table(c, "winners") else None)
+                if cache_files.has_table(c, "winners") else None)
         if row is None:   # a fleet's shipped files carry its profiler records too
             return next((found for cache in self.shipped if cache.trusted()
                          for found in [cache.get_winner(signature)] if found), None)
         choice, table, checksum = row
-        if _checksum(choice.encode(), signature + table) != checksum:
+        if cache_files.checksum(choice.encode(), signature + table) != checksum:
             warnings.warn(f"profiler record for {signature[:60]} failed its checksum; ignored")
             return None
         return json.loads(choice), json.loads(table)
@@ -318,20 +277,20 @@ class KernelCache:
             self._query(lambda c: c.execute(
                 "INSERT OR REPLACE INTO winners (signature, choice, table_json, checksum, created) "
                 "VALUES (?, ?, ?, ?, ?)",
-                (signature, choice_json, table_json, _checksum(choice_json.encode(), signature + table_json),
+                (signature, choice_json, table_json, cache_files.checksum(choice_json.encode(), signature + table_json),
                  time.time())))
 
     def winners(self) -> list[tuple[str, dict]]:
         with self._lock:
-            rows = self._query(lambda c: c.execute(
-                "SELECT signature, choice FROM winners ORDER BY signature").fetchall() if _has_table(c, "winners") else [], [])
+            rows = self._query(lambda c: c.execute("SELECT signature, choice FROM winners ORDER BY signature").fetchall()
+                               if cache_files.has_table(c, "winners") else [], [])
         return [(sig, json.loads(choice)) for sig, choice in rows]
 
     def rows(self):
         """(key, name, arch, bytes, checksum ok) for every stored entry."""
         with self._lock:
             return self._query(lambda c: [
-                (key, name, arch, len(cubin), _checksum(cubin, meta) == checksum)
+                (key, name, arch, len(cubin), cache_files.checksum(cubin, meta) == checksum)
                 for key, name, arch, cubin, meta, checksum in c.execute(
                     "SELECT key, name, arch, cubin, meta, checksum FROM kernels ORDER BY name, arch")], [])
 
@@ -365,17 +324,17 @@ class KernelCache:
                 "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall(), [])
         records = [(sig, source.get_winner(sig)) for sig, _ in source.winners()]
         toolchains = source.toolchains()
-        _foreign_to_us(source, "they are copied, but this version will not serve them")
+        cache_files.foreign_to_us(source, "they are copied, but this version will not serve them")
         source.close()
         intact = []
         for row in rows:
-            if _checksum(row[3], row[4]) != row[5]:
+            if cache_files.checksum(row[3], row[4]) != row[5]:
                 warnings.warn(f"{other}: entry {row[1]} ({row[0][:12]}) failed its checksum; not merged")
             else:
                 intact.append(row)
         winners = [(sig, json.dumps(rec[0], sort_keys=True), json.dumps(rec[1])) for sig, rec in records if rec]
         with self._lock:
-            return self._query(lambda c: _insert_missing(c, intact, winners, toolchains), 0)
+            return self._query(lambda c: cache_files.insert_missing(c, intact, winners, toolchains), 0)
 
     def _require_writable(self, what: str) -> None:
         if self.read_only or self._conn is None:
@@ -404,45 +363,6 @@ def _open_shipped(path: Path) -> KernelCache | None:
                       stacklevel=4)
         return None
     return KernelCache(path, read_only=True)
-
-
-def _foreign_to_us(cache: KernelCache, consequence: str = "none of its kernels or profiler records are used; "
-                   "rebuild it with this version (cutlass-sparse warmup)") -> bool:
-    """Whether a file's stamps name toolchains, none of them ours (warns once, naming both)."""
-    theirs = cache.toolchains()
-    if not theirs:
-        return False
-    try:
-        ours = env.toolchain_identity()
-    except Exception:    # no NVRTC or headers here: nothing is keyed or compiled, nothing to compare
-        return False
-    if ours in theirs:
-        return False
-    mine, other = ours.splitlines(), theirs[-1].splitlines()
-    warnings.warn(f"kernel cache {cache.path} was built by another version "
-                  f"({'; '.join(line for line in other if line not in mine)}; this is "
-                  f"{'; '.join(line for line in mine if line not in other)}): {consequence}", stacklevel=4)
-    return True
-
-
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-    # A read-only file written by an older version may lack the table.
-    return conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
-
-
-def _insert_missing(conn: sqlite3.Connection, rows: list, winners: list, toolchains: list) -> int:
-    for identity in toolchains:
-        conn.execute("INSERT OR IGNORE INTO toolchains (identity, created) VALUES (?, ?)", (identity, time.time()))
-    added = 0
-    for row in rows:
-        added += conn.execute("INSERT OR IGNORE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
-                              "VALUES (?, ?, ?, ?, ?, ?, ?)", row).rowcount
-    for signature, choice_json, table_json in winners:
-        conn.execute("INSERT OR IGNORE INTO winners (signature, choice, table_json, checksum, created) "
-                     "VALUES (?, ?, ?, ?, ?)", (signature, choice_json, table_json,
-                                                _checksum(choice_json.encode(), signature + table_json), time.time()))
-    return added
 
 
 _default: KernelCache | None = None

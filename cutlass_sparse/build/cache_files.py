@@ -1,0 +1,97 @@
+"""What a compiled_cache.db file holds, read without a KernelCache: the checksum of an
+entry, whether a file is a shipped (rollback-journal) one, its tables, whose toolchains
+stamped it, and the insert that merging uses."""
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+import warnings
+from pathlib import Path
+
+from .. import env
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS kernels (
+    key TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    arch TEXT NOT NULL,
+    cubin BLOB NOT NULL,
+    meta TEXT NOT NULL,
+    checksum TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS winners (
+    signature TEXT PRIMARY KEY,
+    choice TEXT NOT NULL,
+    table_json TEXT NOT NULL,
+    checksum TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS toolchains (
+    identity TEXT PRIMARY KEY,
+    created REAL NOT NULL
+)
+"""
+
+
+def checksum(cubin: bytes, meta_json: str) -> str:
+    return hashlib.sha256(cubin + b"\0" + meta_json.encode()).hexdigest()
+
+
+def shipped_file(path: Path) -> bool:
+    """A rollback-journal database with no journal beside it: complete as it stands, so a
+    reader that cannot write it may open it immutable (no locks, no -shm: read-only mounts, NFS).
+    A WAL file may have pages in its -wal that an immutable open would not see."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header[18:20] == b"\x01\x01" and not Path(f"{path}-journal").exists()
+
+
+def foreign_to_us(cache, consequence: str = "none of its kernels or profiler records are used; "
+                   "rebuild it with this version (cutlass-sparse warmup)") -> bool:
+    """Whether a file's stamps name toolchains, none of them ours (warns once, naming both)."""
+    theirs = cache.toolchains()
+    if not theirs:
+        return False
+    try:
+        ours = env.toolchain_identity()
+    except Exception:    # no NVRTC or headers here: nothing is keyed or compiled, nothing to compare
+        return False
+    if ours in theirs:
+        return False
+    mine, other = ours.splitlines(), theirs[-1].splitlines()
+    warnings.warn(f"kernel cache {cache.path} was built by another version "
+                  f"({'; '.join(line for line in other if line not in mine)}; this is "
+                  f"{'; '.join(line for line in mine if line not in other)}): {consequence}", stacklevel=4)
+    return True
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    # A read-only file written by an older version may lack the table.
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+
+
+def column(conn: sqlite3.Connection, table: str, name: str, order: str) -> list:
+    """One column of a table, in order; empty where the file has no such table."""
+    if not has_table(conn, table):
+        return []
+    return [row[0] for row in conn.execute(f"SELECT {name} FROM {table} ORDER BY {order}")]
+
+
+def insert_missing(conn: sqlite3.Connection, rows: list, winners: list, toolchains: list) -> int:
+    for identity in toolchains:
+        conn.execute("INSERT OR IGNORE INTO toolchains (identity, created) VALUES (?, ?)", (identity, time.time()))
+    added = 0
+    for row in rows:
+        added += conn.execute("INSERT OR IGNORE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
+                              "VALUES (?, ?, ?, ?, ?, ?, ?)", row).rowcount
+    for signature, choice_json, table_json in winners:
+        conn.execute("INSERT OR IGNORE INTO winners (signature, choice, table_json, checksum, created) "
+                     "VALUES (?, ?, ?, ?, ?)", (signature, choice_json, table_json,
+                                                checksum(choice_json.encode(), signature + table_json), time.time()))
+    return added
