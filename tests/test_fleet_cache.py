@@ -44,9 +44,16 @@ def clean_state(monkeypatch, tmp_path):
 
 
 class _Matches:
-    """Equal to anything: the stand-in cubin's entry takes whatever the launcher passes."""
+    """Equal to anything (and within any range): the stand-in cubin's entry takes whatever
+    the launcher passes."""
 
     def __eq__(self, other):
+        return True
+
+    def __ge__(self, other):
+        return True
+
+    def __lt__(self, other):
         return True
 
     def __ne__(self, other):

@@ -225,13 +225,17 @@ class Sm80Plan:
         else:
             check_config_fits(config, p.element, p.element_out, self.layout_b, self.alignment_b, self.alignment_c)
         config = selection.gemm_variant(config, split, p.activation)
-        self.gemm = resolve(config, p.arch, self.m_pad, n_k, self.k_eff, split)
+        # listing what a plan asks for (kernels.first_asked) asks, whatever is remembered
+        remembered = not kernels.asking()
+        self.gemm = (resolve if remembered else resolve.__wrapped__)(config, p.arch, self.m_pad, n_k, self.k_eff,
+                                                                     split)
         self.semaphore_bytes, self.partial_bytes = workspace_parts(self.m_pad, n_k, config.threadblock, split)
         self.reduction = None
         if split.parallel:
             ra = selection.reduction_alignment(p.element_out, n_k, (align_d, self.ldd, out_item),
                                                (align_c, self.ldc, out_item))
-            self.reduction = resolve_reduction(p.element_out, ra, p.activation, p.arch, p.m, n_k)
+            self.reduction = (resolve_reduction if remembered else resolve_reduction.__wrapped__)(
+                p.element_out, ra, p.activation, p.arch, p.m, n_k)
         self._bound: dict[tuple[int, int], BoundGemm] = {}
         # An unsplit problem that needs no staging can be bound once and launched with two pointers.
         self.direct = not (self.pad_rows or self.stage_x or self.stage_c or split.slices > 1 or n_k != p.n

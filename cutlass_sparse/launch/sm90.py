@@ -10,14 +10,15 @@ leading dimension and is returned as an [M, N] view.
 Sm90Plan is made once per Problem (plan.plans caches it) and run with arrays. Nothing a
 new problem shape needs is read back from the device, except once per kernel and device:
 the first setup leaves CuTe's TMA recipes, encoded here into descriptor templates (their
-static fields are compile-time properties of the kernel). The launch grid of a
-persistent-scheduler kernel is computed on the host (launch.grid); a stream-K kernel's
-grid and workspace are read back once per problem shape.
+static fields are compile-time properties of the kernel), and maps where the pointers sit
+in Params (sm90_params). The launch grid of a persistent-scheduler kernel is computed on
+the host (launch.grid); a stream-K kernel's grid and workspace are read back once per
+problem shape. A call with new pointers launches the kernel once, with Params passed by
+value, when a copy of the plan's Params has reached the host; before that (its first
+calls), the setup entry builds them on the device.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import struct
 import threading
 from collections import OrderedDict
@@ -25,38 +26,24 @@ from dataclasses import dataclass
 
 from ..build import kernels
 from ..describe import catalog, dtypes, selection
-from ..describe.arith import cdiv, round_up
+from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP
-from . import device, grid, modules, tma
+from . import device, grid, modules, sm90_params, tma
+from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import copy_rows, stage
-from .sm80 import check_config_fits
 
-FAMILY = "sm90"
 # The setup block's leading pointers, in field order: a, e, b, c, d, params_out,
 # templates, recipes_out, info_out, workspace.
 _POINTERS = struct.Struct("<10Q")
 # The tile scheduler's raster order: 0 lets CUTLASS choose (its heuristic), 1 along M,
 # 2 along N. A run-time argument of the setup entry.
 RASTER = 0
-TMA_ALIGN = 16     # bytes: TMA's rule for base addresses and leading dimensions
 # Params depend only on pointers, strides, sizes and scalars, never on data: a call that
 # repeats its pointers (a plan, a benchmark, a weight applied to the same buffers) reuses
 # the Params built last time and launches the GEMM alone.
 PARAMS_PER_PLAN = 64
-
-
-@dataclass(frozen=True)
-class Scheduling:
-    """How the stream-K scheduler divides K: DECOMPOSITIONS key and K slices (split-K)."""
-
-    decomposition: str = "data_parallel"
-    splits: int = 1
-
-    @classmethod
-    def split_k(cls, splits: int) -> "Scheduling":
-        return cls("split_k", splits) if splits > 1 else cls()
 
 
 @dataclass(frozen=True)
@@ -73,60 +60,22 @@ class Prepared:
 
 @dataclass
 class Ready:
-    """A built launch: Params in device memory, its grid, and the workspace it points into."""
+    """A built launch: Params (in device memory, or by value), its grid, and the workspace it
+    points into."""
 
-    params: object
+    params: object                # device Params (the pointer entry), or None
     grid: tuple[int, int, int]
     workspace: object
     barrier: tuple[int, int]      # (byte offset, bytes) to zero before each launch
-
-
-@functools.lru_cache(maxsize=4096)
-def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> tuple[SparseGemmConfig, Scheduling]:
-    """The sm90 kernel and K decomposition for a problem (the caller's config, the
-    profiler's choice, or the catalog's)."""
-    p = problem
-    alignment_c = 16 // dtypes.numpy_dtype(p.element_out).itemsize
-    layout_c = "row" if p.out is None else p.out.layout
-    if config is None and choice is not None:
-        splits = p.split_k or 1
-        config = catalog.load(FAMILY).config(choice.tile, p.element, p.element_out, p.layout_b, 8, alignment_c)
-        if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
-            config = dataclasses.replace(config, swizzle=choice.swizzle)
-    elif config is None:
-        tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
-        config = catalog.load(FAMILY).config(tile, p.element, p.element_out, p.layout_b, 8, alignment_c)
-        config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], p.m, p.n, p.sm_count,
-                                                                            config.swizzle))
-    else:
-        check_config_fits(config, p.element, p.element_out, p.layout_b, 8, alignment_c)
-        splits = p.split_k or 1
-    # D's layout is the problem's (a caller's column-major out is written in place)
-    config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c)
-    if splits > 1 and config.tile_scheduler != "streamk":
-        raise ValueError(f"split_k={splits} needs an sm90 stream-K kernel; {config.name} is not one")
-    if splits > cdiv(p.k, config.threadblock[2]):
-        raise ValueError(f"split_k={splits} exceeds the {cdiv(p.k, config.threadblock[2])} K tiles of "
-                         f"K = {p.k} with {config.name}")
-    return config, Scheduling.split_k(splits)
-
-
-def tma_ready(operand: Operand | None, item: int) -> bool:
-    """Whether TMA can read or write an operand in place: 16-byte aligned address and
-    leading dimension."""
-    return operand is not None and operand.align % TMA_ALIGN == 0 and (operand.ld * item) % TMA_ALIGN == 0
-
-
-def staged(operand: Operand, extent: int, item: int) -> Operand:
-    """The operand as the library stages it: an aligned buffer, leading dimension padded
-    to 16 bytes (extent: the contiguous dimension's size)."""
-    return Operand(operand.layout, round_up(extent, TMA_ALIGN // item), TMA_ALIGN)
+    record: object = None         # Params passed by value instead (sm90_params)
 
 
 # Per (kernel, device): TMA descriptor templates. A descriptor's rank, box, element
 # strides, swizzle and type come from the kernel's static layouts (make_tma_copy_desc);
 # only address, sizes and strides vary, and the setup entry replaces those on the device.
 _templates: dict[tuple[str, int], object] = {}
+# Per (kernel, device): the words of Params that hold pointers (None: no by-value launches).
+_pointer_maps: dict[tuple[str, int], sm90_params.PointerMap | None] = {}
 # Per (kernel, device, sizes, leading dimensions, scheduling, swizzle): grid and workspace.
 _prepared: dict[tuple, Prepared] = {}
 _prepared_lock = threading.Lock()
@@ -182,7 +131,8 @@ class Sm90Plan:
         self._readies: OrderedDict[tuple, Ready] = OrderedDict()
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
-        self._gemm = self._setup = None
+        self._gemm = self._setup = self._gemm_by_value = None
+        self._template = None      # Params of this plan on their way to the host (sm90_params)
 
     @property
     def kernel(self) -> tuple:
@@ -243,7 +193,9 @@ class Sm90Plan:
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
         if ready is not None:
             return ready
-        ready = self._build(key[:5], workspace, stream)
+        ready = self._by_value(key[:5]) if workspace is None else None
+        if ready is None:
+            ready = self._build(key[:5], workspace, stream)
         with self._lock:
             self._readies[key] = ready
             while len(self._readies) > PARAMS_PER_PLAN:
@@ -270,7 +222,26 @@ class Sm90Plan:
             gemm = self._gemm = (self.loaded.function(self.problem.device_id, compiled.symbol, compiled.shared_bytes),
                                  (compiled.threads, 1, 1), compiled.shared_bytes)
         function, threads, shared = gemm
-        function(ready.grid, threads, (ready.params,), shared_mem=shared, stream=stream)
+        if ready.record is None:
+            function(ready.grid, threads, (ready.params,), shared_mem=shared, stream=stream)
+        else:
+            self._gemm_by_value(ready.grid, threads, (ready.record,), shared_mem=shared, stream=stream)
+
+    def _by_value(self, pointers) -> Ready | None:
+        """A launch with this plan's Params patched for `pointers`, where the kernel's pointer
+        map is known and a copy of Params built earlier has reached the host."""
+        template = self._template
+        if template is None or not template.arrived():
+            return None
+        mapping = _pointer_maps.get((self.compiled.key, self.problem.device_id))
+        record = None if mapping is None else template.patched(mapping, pointers)
+        if record is None:
+            return None
+        if self._gemm_by_value is None:
+            compiled = self.compiled
+            self._gemm_by_value = self.loaded.function(self.problem.device_id, f"{compiled.symbol}_v",
+                                                       compiled.shared_bytes)
+        return Ready(None, self._prepared(pointers).grid, None, (0, 0), record)
 
     def _setup_block(self) -> bytearray:
         """The setup entry's argument block without its pointers (filled per build)."""
@@ -337,7 +308,25 @@ class Sm90Plan:
             raise RuntimeError(f"{symbol} {problem}: CUTLASS launches grid {reported}, launch.grid computed "
                                f"{self._host_grid()}: the host's copy of the scheduler is out of date")
         templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
+        if self.config.tile_scheduler != "streamk":
+            _pointer_maps[(self.compiled.key, self.problem.device_id)] = self._pointer_map(templates)
         return Prepared(templates, reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])
+
+    def _pointer_map(self, templates):
+        """The kernel's PointerMap, from setups with moved pointers (first sight: synchronizes)."""
+        import cupy
+
+        scratch = cupy.empty(4096, dtype=cupy.uint8)
+        setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
+
+        def run_setup(pointers):
+            params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
+            setup((1, 1, 1), (1, 1, 1), (self._setup_arguments(pointers, params.data.ptr, templates.data.ptr),),
+                  shared_mem=0)
+            return params
+
+        base = tuple(scratch.data.ptr + 256 * i for i in range(sm90_params.POINTERS))
+        return sm90_params.pointer_map(run_setup, self.compiled.constants["params_bytes"], base)
 
     def _build(self, pointers, workspace, stream=None) -> Ready:
         """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
@@ -363,4 +352,7 @@ class Sm90Plan:
         if setup is None:   # the loaded entry, looked up once per plan
             setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
         setup((1, 1, 1), (1, 1, 1), (block,), shared_mem=0, stream=stream)
+        if self._template is None and workspace is None and \
+                _pointer_maps.get((self.compiled.key, self.problem.device_id)) is not None:
+            self._template = sm90_params.Template(params, pointers, stream)
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))

@@ -23,6 +23,7 @@ from ..build.compiler import CompileError
 from ..describe import selection
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Problem
+from ..launch import sm80
 from ..launch.sm80 import Sm80Plan
 from ..launch.sm90 import Sm90Plan
 from ..profiler import records
@@ -37,10 +38,13 @@ _generation = records.generation
 
 
 def clear() -> None:
-    """Forget every plan and range kernel (tests that make plans around stand-in kernels)."""
+    """Forget every plan, range kernel and resolved sm80 launch (after plans made around
+    stand-in kernels)."""
     with _lock:
         _plans.clear()
         _range_kernels.clear()
+    sm80.resolve.cache_clear()
+    sm80.resolve_reduction.cache_clear()
 
 
 def recorded_choice(problem: Problem, config: SparseGemmConfig | None):

@@ -1,0 +1,71 @@
+"""Which sm90 kernel a problem runs (the caller's config, the profiler's choice or the
+catalog's, and how the stream-K scheduler divides K), and TMA's rules for the operands
+it reads and writes in place."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+from ..describe import catalog, dtypes, selection
+from ..describe.arith import cdiv, round_up
+from ..describe.description import SparseGemmConfig
+from ..describe.problem import Operand, Problem
+from .sm80 import check_config_fits
+
+FAMILY = "sm90"
+TMA_ALIGN = 16     # bytes: TMA's rule for base addresses and leading dimensions
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """How the stream-K scheduler divides K: DECOMPOSITIONS key and K slices (split-K)."""
+
+    decomposition: str = "data_parallel"
+    splits: int = 1
+
+    @classmethod
+    def split_k(cls, splits: int) -> "Scheduling":
+        return cls("split_k", splits) if splits > 1 else cls()
+
+
+@functools.lru_cache(maxsize=4096)
+def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> tuple[SparseGemmConfig, Scheduling]:
+    """The sm90 kernel and K decomposition for a problem (the caller's config, the
+    profiler's choice, or the catalog's)."""
+    p = problem
+    alignment_c = 16 // dtypes.numpy_dtype(p.element_out).itemsize
+    layout_c = "row" if p.out is None else p.out.layout
+    if config is None and choice is not None:
+        splits = p.split_k or 1
+        config = catalog.load(FAMILY).config(choice.tile, p.element, p.element_out, p.layout_b, 8, alignment_c)
+        if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
+            config = dataclasses.replace(config, swizzle=choice.swizzle)
+    elif config is None:
+        tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
+        config = catalog.load(FAMILY).config(tile, p.element, p.element_out, p.layout_b, 8, alignment_c)
+        config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], p.m, p.n, p.sm_count,
+                                                                            config.swizzle))
+    else:
+        check_config_fits(config, p.element, p.element_out, p.layout_b, 8, alignment_c)
+        splits = p.split_k or 1
+    # D's layout is the problem's (a caller's column-major out is written in place)
+    config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c)
+    if splits > 1 and config.tile_scheduler != "streamk":
+        raise ValueError(f"split_k={splits} needs an sm90 stream-K kernel; {config.name} is not one")
+    if splits > cdiv(p.k, config.threadblock[2]):
+        raise ValueError(f"split_k={splits} exceeds the {cdiv(p.k, config.threadblock[2])} K tiles of "
+                         f"K = {p.k} with {config.name}")
+    return config, Scheduling.split_k(splits)
+
+
+def tma_ready(operand: Operand | None, item: int) -> bool:
+    """Whether TMA can read or write an operand in place: 16-byte aligned address and
+    leading dimension."""
+    return operand is not None and operand.align % TMA_ALIGN == 0 and (operand.ld * item) % TMA_ALIGN == 0
+
+
+def staged(operand: Operand, extent: int, item: int) -> Operand:
+    """The operand as the library stages it: an aligned buffer, leading dimension padded
+    to 16 bytes (extent: the contiguous dimension's size)."""
+    return Operand(operand.layout, round_up(extent, TMA_ALIGN // item), TMA_ALIGN)
