@@ -145,18 +145,13 @@ def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) ->
     if found is not None:
         return found
     compiled = compiler.compile_to_cubin(emitted.source, config.name, options, emitted.headers)
-    constants = {c: cubin.read_int32(compiled.cubin, f"{config.name}_{c}") for c in emitted.constants}
     for symbol, expected in emitted.entries.items():
         got = cubin.kernel_param_bytes(compiled.cubin, symbol)
-        if isinstance(expected, str):   # a struct the cubin states the size of (Params by value): the
-            expected = constants[expected]   # parameter bank adds up to 63 bytes to align it
-            fits = expected <= got < expected + 64
-        else:
-            fits = got == expected
-        if not fits:
+        if got != expected:
             raise compiler.CompileError(
                 config.name, f"entry {symbol} takes {got} parameter bytes; the launcher passes {expected}",
                 options, compiler.dump_source(emitted.source, config.name))
+    constants = {c: cubin.read_int32(compiled.cubin, f"{config.name}_{c}") for c in emitted.constants}
     meta = {"constants": constants, "compile_seconds": round(compiled.seconds, 3),
             "config": config.to_json(), "toolchain": env.toolchain_identity()}
     cache.put(key, config.name, arch, compiled.cubin, meta)

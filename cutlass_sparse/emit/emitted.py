@@ -7,8 +7,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Emitted:
     source: str
-    entries: dict[str, int | str]               # extern "C" symbol -> parameter bytes it must take
-                                                # (or the name of a constant that states them)
+    entries: dict[str, int]                     # extern "C" symbol -> parameter bytes it must take
     constants: tuple[str, ...]                  # __constant__ ints f"{name}_{constant}" read back
     headers: tuple[tuple[str, str], ...] = ()   # in-memory headers (patched CUTLASS files)
     options: tuple[str, ...] = ()               # NVRTC options beyond compiler.BASE_OPTIONS

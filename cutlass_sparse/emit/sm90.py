@@ -9,8 +9,7 @@ Three entries per kernel:
   rank, type, box and swizzle, see tma.py) and replaces address, sizes and strides
   with tensormap.replace. It also reports the grid, the workspace size and whether
   CUTLASS can implement the problem.
-- `<name>` runs GemmUniversal on the Params in that buffer; `<name>_v` on Params passed by
-  value (a copy the host patched with a call's pointers).
+- `<name>` runs GemmUniversal on the Params in that buffer.
 - constants the host reads from the cubin: shared_bytes, threads, params_bytes.
 """
 from __future__ import annotations
@@ -223,18 +222,6 @@ ${name}(Params const *params) {
   GemmKernel op;
   op(*params, shared_storage);
 }
-
-// The same kernel with Params passed by value (as CUTLASS launches it): the host patches a
-// copy of Params it has seen for the pointers of each call, so a call with new pointers
-// launches once, without the setup entry.
-extern "C" __global__ void
-__launch_bounds__(GemmKernel::MaxThreadsPerBlock, GemmKernel::MinBlocksPerMultiprocessor)
-__cluster_dims__(${cm}, ${cn}, ${ck})
-${name}_v(__grid_constant__ Params const params) {
-  extern __shared__ __align__(128) char shared_storage[];
-  GemmKernel op;
-  op(params, shared_storage);
-}
 """
 
 
@@ -265,8 +252,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element]),
         "before_includes": BEFORE_INCLUDES, "after_includes": AFTER_INCLUDES,
     })
-    return Emitted(source, {config.name: 8, f"{config.name}_setup": SETUP.dtype.itemsize,
-                            f"{config.name}_v": "params_bytes"},
+    return Emitted(source, {config.name: 8, f"{config.name}_setup": SETUP.dtype.itemsize},
                    ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(),
                    ("--device-int128",))
 

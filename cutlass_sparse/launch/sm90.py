@@ -10,12 +10,9 @@ leading dimension and is returned as an [M, N] view.
 Sm90Plan is made once per Problem (plan.plans caches it) and run with arrays. Nothing a
 new problem shape needs is read back from the device, except once per kernel and device:
 the first setup leaves CuTe's TMA recipes, encoded here into descriptor templates (their
-static fields are compile-time properties of the kernel), and maps where the pointers sit
-in Params (sm90_params). The launch grid of a persistent-scheduler kernel is computed on
-the host (launch.grid); a stream-K kernel's grid and workspace are read back once per
-problem shape. A call with new pointers launches the kernel once, with Params passed by
-value, when a copy of the plan's Params has reached the host; before that (its first
-calls), the setup entry builds them on the device.
+static fields are compile-time properties of the kernel). The launch grid of a
+persistent-scheduler kernel is computed on the host (launch.grid); a stream-K kernel's
+grid and workspace are read back once per problem shape.
 """
 from __future__ import annotations
 
@@ -30,7 +27,7 @@ from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP
-from . import device, grid, modules, sm90_params, tma
+from . import device, grid, modules, tma
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import copy_rows, stage
 
@@ -60,22 +57,18 @@ class Prepared:
 
 @dataclass
 class Ready:
-    """A built launch: Params (in device memory, or by value), its grid, and the workspace it
-    points into."""
+    """A built launch: Params in device memory, its grid, and the workspace it points into."""
 
-    params: object                # device Params (the pointer entry), or None
+    params: object
     grid: tuple[int, int, int]
     workspace: object
     barrier: tuple[int, int]      # (byte offset, bytes) to zero before each launch
-    record: object = None         # Params passed by value instead (sm90_params)
 
 
 # Per (kernel, device): TMA descriptor templates. A descriptor's rank, box, element
 # strides, swizzle and type come from the kernel's static layouts (make_tma_copy_desc);
 # only address, sizes and strides vary, and the setup entry replaces those on the device.
 _templates: dict[tuple[str, int], object] = {}
-# Per (kernel, device): the words of Params that hold pointers (None: no by-value launches).
-_pointer_maps: dict[tuple[str, int], sm90_params.PointerMap | None] = {}
 # Per (kernel, device, sizes, leading dimensions, scheduling, swizzle): grid and workspace.
 _prepared: dict[tuple, Prepared] = {}
 _prepared_lock = threading.Lock()
@@ -131,8 +124,7 @@ class Sm90Plan:
         self._readies: OrderedDict[tuple, Ready] = OrderedDict()
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
-        self._gemm = self._setup = self._gemm_by_value = None
-        self._template = None      # Params of this plan on their way to the host (sm90_params)
+        self._gemm = self._setup = None
 
     @property
     def kernel(self) -> tuple:
@@ -193,9 +185,7 @@ class Sm90Plan:
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
         if ready is not None:
             return ready
-        ready = self._by_value(key[:5]) if workspace is None else None
-        if ready is None:
-            ready = self._build(key[:5], workspace, stream)
+        ready = self._build(key[:5], workspace, stream)
         with self._lock:
             self._readies[key] = ready
             while len(self._readies) > PARAMS_PER_PLAN:
@@ -222,26 +212,7 @@ class Sm90Plan:
             gemm = self._gemm = (self.loaded.function(self.problem.device_id, compiled.symbol, compiled.shared_bytes),
                                  (compiled.threads, 1, 1), compiled.shared_bytes)
         function, threads, shared = gemm
-        if ready.record is None:
-            function(ready.grid, threads, (ready.params,), shared_mem=shared, stream=stream)
-        else:
-            self._gemm_by_value(ready.grid, threads, (ready.record,), shared_mem=shared, stream=stream)
-
-    def _by_value(self, pointers) -> Ready | None:
-        """A launch with this plan's Params patched for `pointers`, where the kernel's pointer
-        map is known and a copy of Params built earlier has reached the host."""
-        template = self._template
-        if template is None or not template.arrived():
-            return None
-        mapping = _pointer_maps.get((self.compiled.key, self.problem.device_id))
-        record = None if mapping is None else template.patched(mapping, pointers)
-        if record is None:
-            return None
-        if self._gemm_by_value is None:
-            compiled = self.compiled
-            self._gemm_by_value = self.loaded.function(self.problem.device_id, f"{compiled.symbol}_v",
-                                                       compiled.shared_bytes)
-        return Ready(None, self._prepared(pointers).grid, None, (0, 0), record)
+        function(ready.grid, threads, (ready.params,), shared_mem=shared, stream=stream)
 
     def _setup_block(self) -> bytearray:
         """The setup entry's argument block without its pointers (filled per build)."""
@@ -308,25 +279,7 @@ class Sm90Plan:
             raise RuntimeError(f"{symbol} {problem}: CUTLASS launches grid {reported}, launch.grid computed "
                                f"{self._host_grid()}: the host's copy of the scheduler is out of date")
         templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
-        if self.config.tile_scheduler != "streamk":
-            _pointer_maps[(self.compiled.key, self.problem.device_id)] = self._pointer_map(templates)
         return Prepared(templates, reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])
-
-    def _pointer_map(self, templates):
-        """The kernel's PointerMap, from setups with moved pointers (first sight: synchronizes)."""
-        import cupy
-
-        scratch = cupy.empty(4096, dtype=cupy.uint8)
-        setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
-
-        def run_setup(pointers):
-            params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
-            setup((1, 1, 1), (1, 1, 1), (self._setup_arguments(pointers, params.data.ptr, templates.data.ptr),),
-                  shared_mem=0)
-            return params
-
-        base = tuple(scratch.data.ptr + 256 * i for i in range(sm90_params.POINTERS))
-        return sm90_params.pointer_map(run_setup, self.compiled.constants["params_bytes"], base)
 
     def _build(self, pointers, workspace, stream=None) -> Ready:
         """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
@@ -352,7 +305,4 @@ class Sm90Plan:
         if setup is None:   # the loaded entry, looked up once per plan
             setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
         setup((1, 1, 1), (1, 1, 1), (block,), shared_mem=0, stream=stream)
-        if self._template is None and workspace is None and \
-                _pointer_maps.get((self.compiled.key, self.problem.device_id)) is not None:
-            self._template = sm90_params.Template(params, pointers, stream)
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
