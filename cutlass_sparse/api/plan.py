@@ -47,6 +47,7 @@ class Plan:
                 self.c_bias = operands.folded_c(call)
             options["c"], options["beta"] = self.c_bias, 1.0
         self.options = options
+        self._ndarray = cupy.ndarray
         self.info = {}
         self.example_out = matmul(sw, x, info=self.info, **options)
         self.x_key = (x.shape, x.dtype, x.strides, x.device.id)
@@ -91,6 +92,8 @@ class Plan:
         return torch.empty(self.out_shape, dtype=torch_dtype(self.np_out), device=x.device)
 
     def __call__(self, x, out=None):
+        if type(x) is self._ndarray and (out is None or type(out) is self._ndarray):
+            return self._cupy_call(x, out)   # no torch operand: nothing to convert
         if self.direct and is_torch(x):
             done = self._torch_call(x, out)
             if done is not None:
@@ -144,6 +147,8 @@ class Plan:
             return matmul(self.sw, x, out=out, **self.options)
         self._launch(x.data.ptr, out.data.ptr)
         return out
+
+    _cupy_call = _call.__wrapped__   # _call without torch_io's look for torch operands
 
     def _launch(self, x_ptr: int, out_ptr: int, stream=None) -> None:
         """The direct launch on `stream` (default: the current one)."""
