@@ -7,7 +7,9 @@ of the cubin the compiler produced, checked, and stored beside it.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,6 +19,8 @@ from ..emit.emitted import Emitted
 from ..emit.registry import emit
 from . import compiler, cubin
 from .cache import KernelCache, default_cache
+
+log = logging.getLogger("cutlass_sparse")
 
 
 @dataclass(frozen=True)
@@ -140,11 +144,32 @@ def _lookup(config, arch, cache):
     return found, emitted, options, key
 
 
+# What a compile takes on one CPU core (docs/compile_time.md; README "Kernel cache"): the
+# Hopper family's CUTLASS 3.x kernels are template-heavy, the others small.
+ABOUT = {"sm90": "1-2 minutes and about 5 GB of memory", "sm90_compressor": "15-30 seconds"}
+_said_once = threading.Event()
+
+
+def _say_compiling(config, arch: str, cache: KernelCache) -> None:
+    """One log line per compile (which kernel, about how long, where it is kept); a process
+    whose logging is not set up gets one warning for its first compile instead."""
+    about = ABOUT.get(getattr(config, "family", ""), "a few seconds")
+    text = f"compiling {config.name} for {arch} (about {about}; kept in {cache.path})"
+    log.info("%s", text)
+    configured = log.handlers or logging.getLogger().handlers or log.getEffectiveLevel() <= logging.INFO
+    if not configured and not _said_once.is_set():
+        _said_once.set()
+        warnings.warn(f"{text}; later compiles are logged at INFO on the 'cutlass_sparse' logger, and "
+                      f"`cutlass-sparse warmup` compiles ahead of time", stacklevel=5)
+
+
 def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) -> CompiledKernel:
     found, emitted, options, key = _lookup(config, arch, cache)
     if found is not None:
         return found
+    _say_compiling(config, arch, cache)
     compiled = compiler.compile_to_cubin(emitted.source, config.name, options, emitted.headers)
+    log.info("compiled %s for %s in %.1f s", config.name, arch, compiled.seconds)
     for symbol, expected in emitted.entries.items():
         got = cubin.kernel_param_bytes(compiled.cubin, symbol)
         if got != expected:

@@ -1,0 +1,42 @@
+"""A compile says so: one log line when it starts (which kernel, about how long, where it
+is kept) and one when it ends; a process without logging set up gets one warning for
+its first compile. (A real sm80 compile: a few seconds.)"""
+import logging
+import warnings
+
+import pytest
+
+from cutlass_sparse.build import kernels
+from cutlass_sparse.build.cache import KernelCache
+from cutlass_sparse.describe import selection
+
+
+@pytest.fixture
+def config():
+    return selection.config_for_shape(64, 32, 64, "f16", "f16", "row", 108, "sm80")
+
+
+def test_compile_logs_start_and_end(tmp_path, config, caplog):
+    cache = KernelCache(tmp_path / "cs.db")
+    with caplog.at_level(logging.INFO, logger="cutlass_sparse"):
+        kernels.get(config, "sm_80", cache)
+        kernels.get(config, "sm_80", cache)          # the second time: from memory, nothing said
+    lines = [r.getMessage() for r in caplog.records if r.name == "cutlass_sparse"]
+    assert len(lines) == 2
+    assert lines[0].startswith(f"compiling {config.name} for sm_80 (about a few seconds; kept in {tmp_path}")
+    assert lines[1].startswith(f"compiled {config.name} for sm_80 in ")
+
+
+def test_unconfigured_logging_gets_one_warning(tmp_path, config, monkeypatch):
+    monkeypatch.setattr(kernels, "_said_once", type(kernels._said_once)())
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    monkeypatch.setattr(logging.getLogger("cutlass_sparse"), "handlers", [])
+    monkeypatch.setattr(logging.getLogger("cutlass_sparse"), "level", logging.NOTSET)
+    monkeypatch.setattr(logging.getLogger(), "level", logging.WARNING)
+    other = selection.config_for_shape(64, 64, 64, "f16", "f16", "col", 108, "sm80")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernels.get(config, "sm_80", KernelCache(tmp_path / "a.db"))
+        kernels.get(other, "sm_80", KernelCache(tmp_path / "b.db"))
+    said = [str(w.message) for w in caught if "compiling" in str(w.message)]
+    assert len(said) == 1 and config.name in said[0] and "cutlass-sparse warmup" in said[0]
