@@ -150,6 +150,11 @@ ABOUT = {"sm90": "1-2 minutes and about 5 GB of memory", "sm90_compressor": "15-
 _said_once = threading.Event()
 
 
+def announced() -> None:
+    """The caller reports its compiles itself (the warm-up): no first-compile warning."""
+    _said_once.set()
+
+
 def _say_compiling(config, arch: str, cache: KernelCache) -> None:
     """One log line per compile (which kernel, about how long, where it is kept); a process
     whose logging is not set up gets one warning for its first compile instead."""
