@@ -44,9 +44,8 @@ class LoadedKernel:
 
     def launch(self, device_id: int, grid: tuple[int, int, int], args,
                symbol: str | None = None, threads: int | tuple[int, int, int] | None = None,
-               shared_bytes: int | None = None, stream=None) -> None:
-        """Launch an entry (default: the main one) on `stream` (a CuPy stream; default the
-        current one).
+               shared_bytes: int | None = None) -> None:
+        """Launch an entry (default: the main one) on the current stream.
 
         `args` is a size-1 structured array (the entry's argument struct) or a tuple of
         CuPy-accepted arguments (arrays are passed as pointers, opaque void records by value).
@@ -59,7 +58,7 @@ class LoadedKernel:
             # void dtype spares it describing every field (tens of microseconds a call).
             args = (args.view(np.dtype((np.void, args.dtype.itemsize))),)
         block = threads if isinstance(threads, tuple) else (threads, 1, 1)
-        self.function(device_id, symbol, shared)(grid, block, args, shared_mem=shared, stream=stream)
+        self.function(device_id, symbol, shared)(grid, block, args, shared_mem=shared)
 
 
 _loaded: dict[str, LoadedKernel] = {}
