@@ -172,7 +172,8 @@ def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) ->
     found, emitted, options, key = _lookup(config, arch, cache)
     if found is not None:
         return found
-    _say_compiling(config, arch, cache)
+    if not env.compile_disabled():   # else the compiler refuses at once: nothing to wait for
+        _say_compiling(config, arch, cache)
     compiled = compiler.compile_to_cubin(emitted.source, config.name, options, emitted.headers)
     log.info("compiled %s for %s in %.1f s", config.name, arch, compiled.seconds)
     for symbol, expected in emitted.entries.items():
