@@ -3,7 +3,6 @@ files, directories and symbolic links are refused; failed sources go to a privat
 directory without following planted links; a damaged page is set aside once; a
 read-only cache serves; an unwritable HOME falls back to a private temporary cache.
 CPU only."""
-import json
 import os
 import shutil
 import sqlite3
@@ -15,6 +14,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+
+import forked
 
 from cutlass_sparse import env, trust
 from cutlass_sparse.build import cache as cache_mod
@@ -262,27 +263,13 @@ def test_command_line_refusal_is_one_line(tmp_path):
 
 def read_as(uid: int, db: Path, key: str):
     """KernelCache(db).get(key) in a forked child running as uid; returns (cubin, warnings)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:                              # child: drop to uid, read, report, leave
-        try:
-            os.close(read_end)
-            if uid != os.geteuid():
-                os.setgid(uid)
-                os.setuid(uid)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                entry = KernelCache(db).get(key)
-            report = {"cubin": None if entry is None else entry.cubin.hex(),
-                      "warnings": [str(w.message) for w in caught], "dir": sorted(os.listdir(db.parent))}
-            os.write(write_end, json.dumps(report).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        data = pipe.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    def probe():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            entry = KernelCache(db).get(key)
+        return {"cubin": None if entry is None else entry.cubin.hex(),
+                "warnings": [str(w.message) for w in caught], "dir": sorted(os.listdir(db.parent))}
+    return forked.in_child_as(uid, probe)
 
 
 def test_read_only_file_in_read_only_directory_serves_kernels():

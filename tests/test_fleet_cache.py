@@ -2,7 +2,6 @@
 into one read-only file that serves with no compiles; shipped files searched after the
 writable cache; foreign versions detected; with compiling forbidden, the best cached
 kernel stands in. CPU only: NVRTC is replaced by a stand-in except in the one sm80 test."""
-import json
 import os
 import shutil
 import sqlite3
@@ -14,6 +13,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 import pytest
+
+import forked
 
 from cutlass_sparse import env
 from cutlass_sparse.build import cache as cache_mod
@@ -174,34 +175,20 @@ def read_as_nobody(db: Path, items, problems) -> dict:
     """In a forked child, as nobody when we are root (root writes through any mode bits):
     with CUTLASS_SPARSE_CACHE=db and compiling forbidden, load every kernel and make every
     plan; report what came from the cache, what compiled, the warnings and db's directory."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_end)
-            if os.geteuid() == 0:
-                os.setgid(65534)
-                os.setuid(65534)
-            os.environ.update(CUTLASS_SPARSE_CACHE=str(db), CUTLASS_SPARSE_NO_COMPILE="1")
-            compiled = []
-            real = compiler.compile_to_cubin
-            compiler.compile_to_cubin = lambda source, name, *rest: compiled.append(name) or real(source, name, *rest)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                cache = cache_mod.default_cache()
-                served = [kernels.get(config, arch).from_cache for config, arch in items]
-                planned = [plans.get(problem).info()["from_cache"] for problem in problems]
-            report = {"served": served, "planned": planned, "compiled": compiled,
-                      "immutable": cache._immutable, "read_only": cache.read_only,
-                      "warnings": [str(w.message) for w in caught], "dir": sorted(os.listdir(db.parent))}
-            os.write(write_end, json.dumps(report).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        data = pipe.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    def probe():
+        os.environ.update(CUTLASS_SPARSE_CACHE=str(db), CUTLASS_SPARSE_NO_COMPILE="1")
+        compiled = []
+        real = compiler.compile_to_cubin
+        compiler.compile_to_cubin = lambda source, name, *rest: compiled.append(name) or real(source, name, *rest)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cache = cache_mod.default_cache()
+            served = [kernels.get(config, arch).from_cache for config, arch in items]
+            planned = [plans.get(problem).info()["from_cache"] for problem in problems]
+        return {"served": served, "planned": planned, "compiled": compiled,
+                "immutable": cache._immutable, "read_only": cache.read_only,
+                "warnings": [str(w.message) for w in caught], "dir": sorted(os.listdir(db.parent))}
+    return forked.in_child_as(forked.honest_uid(), probe)
 
 
 def test_read_only_merged_preset_cache_serves_every_kernel_with_no_compiles(tmp_path, monkeypatch, fake_nvrtc):
