@@ -16,13 +16,15 @@ ALONG_M, ALONG_N = 1, 2
 MAX_SM_PER_GPC = 18   # GH100, as CUTLASS assumes for cluster launches
 
 
-def log_swizzle(ctas_m: int, ctas_n: int, max_swizzle: int) -> int:
-    least = min(ctas_m, ctas_n)
-    if max_swizzle >= 8 and least >= 6:
+def log_swizzle(tiles: int, max_swizzle: int) -> int:
+    """CUTLASS's log2 of the swizzle it uses for `tiles` tiles along the swizzled extent
+    (2.x GemmIdentityThreadblockSwizzle: the N tiles; 3.x tile schedulers: the fewer of the
+    M and N tiles): the largest of 8, 4, 2 that max_swizzle allows and the tiles fill."""
+    if max_swizzle >= 8 and tiles >= 6:
         return 3
-    if max_swizzle >= 4 and least >= 3:
+    if max_swizzle >= 4 and tiles >= 3:
         return 2
-    if max_swizzle >= 2 and least >= 2:
+    if max_swizzle >= 2 and tiles >= 2:
         return 1
     return 0
 
@@ -50,12 +52,12 @@ def persistent_grid(m: int, n: int, tile: tuple[int, int], cluster: tuple[int, i
     blocks_n = round_up(cdiv(n, tile[1]), cn)
     # Params::initialize fixes the swizzle and the raster order; get_grid_shape(params) passes
     # them back in, so both are decided here as initialize decides them.
-    log = log_swizzle(blocks_m, blocks_n, max_swizzle)
+    log = log_swizzle(min(blocks_m, blocks_n), max_swizzle)
     padded_m = round_up(blocks_m, (1 << log) * cm)
     padded_n = round_up(blocks_n, (1 << log) * cn)
     order = raster_order(padded_m, padded_n, raster_option)
     # get_grid_shape, called with max_swizzle = 1 << log and that raster order
-    log = log_swizzle(blocks_m, blocks_n, 1 << log)
+    log = log_swizzle(min(blocks_m, blocks_n), 1 << log)
     padded_m = round_up(blocks_m, (1 << log) * cm)
     padded_n = round_up(blocks_n, (1 << log) * cn)
     total = padded_m * padded_n

@@ -29,6 +29,7 @@ from ..emit import arguments
 from ..emit.reduction import ROWS_PER_BLOCK
 from ..formats.sm80_layout import padded_shape
 from . import modules
+from .grid import log_swizzle
 
 FAMILY = "sm80"
 WORKSPACE_ALIGN = 256     # bytes; every workspace part starts on this boundary
@@ -54,17 +55,6 @@ def widest_alignment(candidates, align: int, itemsize: int, *multiples: int) -> 
         if align % (a * itemsize) == 0 and all(v % a == 0 for v in multiples):
             return a
     return None
-
-
-def swizzle_log_tile(swizzle: int, tiles_n: int) -> int:
-    """GemmIdentityThreadblockSwizzle<N>::get_log_tile: the host must launch the grid it implies."""
-    if swizzle >= 8 and tiles_n >= 6:
-        return 3
-    if swizzle >= 4 and tiles_n >= 3:
-        return 2
-    if swizzle >= 2 and tiles_n >= 2:
-        return 1
-    return 0
 
 
 def workspace_parts(m_pad: int, n: int, tile: tuple[int, int, int], split: Split) -> tuple[int, int]:
@@ -93,7 +83,7 @@ def resolve(config: SparseGemmConfig, arch: str, m_pad: int, n: int, k_eff: int,
     tm, tn, tk = config.threadblock
     slice_k, grid_k = k_slices(k_eff, tk, split.slices)
     tiled = (cdiv(m_pad, tm), cdiv(n, tn), grid_k)
-    swizzle = 1 << swizzle_log_tile(config.swizzle, tiled[1])
+    swizzle = 1 << log_swizzle(tiled[1], config.swizzle)   # GemmIdentityThreadblockSwizzle::get_log_tile
     block = arguments.SM80_GEMM.new_block()
     fields = block[0]
     fields["m"], fields["n"], fields["k"] = m_pad, n, k_eff
@@ -273,7 +263,8 @@ class Sm80Plan:
     def info(self) -> dict:
         compiled = self.gemm.kernel.compiled
         return dict(config=compiled.config.name, arch=self.problem.arch, from_cache=compiled.from_cache,
-                    compile_seconds=compiled.compile_seconds, grid=self.gemm.grid, k_padded=self.k_eff != self.problem.k, staged_x=self.stage_x,
+                    compile_seconds=compiled.compile_seconds, grid=self.gemm.grid,
+                    k_padded=self.k_eff != self.problem.k, staged_x=self.stage_x,
                     split_k=self.split.slices, split_k_mode=self.split.mode, workspace_bytes=self.workspace_bytes)
 
     def _scalars(self) -> tuple[float, float, float]:
