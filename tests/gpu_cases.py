@@ -69,6 +69,10 @@ def sm90_configs(sm_count: int = 132):
     yield sm90_streamk_config()
     tile, _ = selection.choose_sm90(256, 64, 256, sm_count)
     yield fam.config(tile, "bf16", "f32", "row", 8, 4)
+    for atom in (64, 128):   # test_metadata_atoms_convert_exactly_and_both_kinds_of_tile_run
+        tile = next(t for t in fam.tiles if min(t[0][2], 128) == atom and t[5] == "persistent")
+        for dtype in DTYPES:
+            yield fam.config(tile, dtype, dtype, "row", 8, 8)
     for k in (128, 256, 200):
         tile, _ = selection.choose_sm90(200, k, 200, sm_count)   # to_dense: sw @ I_K
         for dtype in DTYPES:
@@ -171,7 +175,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
         return module
 
     sm80_items = list(configs(sm_count)) + list(issue4_configs("sm80", sm_count))
-    sm90_items = [CompressorConfig(d) for d in DTYPES] + list(sm90_configs(sm_count))
+    sm90_items = [CompressorConfig(d, atom_k=a) for d in DTYPES for a in (64, 128)] + list(sm90_configs(sm_count))
     sm90_items += list(issue4_configs("sm90", sm_count))
     for family, (m, n, k) in [("sm80", (512, 16, 1024)), ("sm80", (256, 256, 256)), ("sm90", (1024, 16, 1024)),
                               ("sm90", (4096, 4096, 4096)), ("sm90", (4096, 16, 4096))]:   # profiler

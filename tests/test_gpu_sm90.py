@@ -70,6 +70,32 @@ def test_sm90_to_dense_and_layout_conversion(dtype):
     check(cs.matmul(sw80.to_layout("sm90"), x), w, x, dtype)
 
 
+@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
+def test_metadata_atoms_convert_exactly_and_both_kinds_of_tile_run(dtype):
+    # K = 448: a multiple of 64 but not of 128, so the two atoms also pad K differently.
+    import cupy
+
+    from cutlass_sparse.describe import catalog
+    from cutlass_sparse.formats import sm90_layout
+    from cutlass_sparse.launch import sm90_compress
+
+    m, n, k = 320, 256, 448
+    w, sw, x = operands(m, n, k, dtype, "row", seed=7)
+    assert sw.atom_k == sm90_layout.STORED_ATOM_K
+    other = next(a for a in sm90_layout.ATOMS_K if a != sw.atom_k)
+    _, direct = sm90_compress.compress(w, dtype, other)
+    index = sm90_layout.byte_index(cupy.arange(m)[:, None], cupy.arange(k // 8)[None, :], m, other)
+    converted = sw.metadata_for(other)
+    assert converted.size == direct.size
+    assert bool((converted[index] == direct[index]).all())
+    assert sw.metadata_for(other) is converted   # made once
+    fam = catalog.load("sm90")
+    for atom in sm90_layout.ATOMS_K:
+        tile = next(t for t in fam.tiles if min(t[0][2], 128) == atom and t[5] == "persistent")
+        config = fam.config(tile, dtype, dtype, "row", 8, 8)
+        check(cs.matmul(sw, x, out=poisoned((m, n), dtypes.numpy_dtype(dtype)), config=config), w, x, dtype)
+
+
 def test_layouts_are_not_interchangeable():
     w, sw, x = operands(128, 64, 128, "f16", "row", seed=5)
     sw80 = cs.compress(w, layout="sm80")

@@ -13,6 +13,7 @@ from cutlass_sparse.build.cache import KernelCache
 from cutlass_sparse.describe.description import CompressorConfig
 from cutlass_sparse.emit.sm90 import SETUP
 from cutlass_sparse.emit.sm90_compressor import COMPRESS
+from cutlass_sparse.formats import sm90_layout
 
 
 def test_header_patches_apply_once_each():
@@ -27,17 +28,19 @@ def test_header_patches_apply_once_each():
     assert tma.RECIPE.itemsize == 128
 
 
-def test_sm90_catalog_tiles_read_one_compressed_layout():
+def test_sm90_catalog_tiles_read_the_two_metadata_atoms():
     fam = catalog.load("sm90")
-    assert all(tile[0][2] == 128 for tile in fam.tiles)
+    assert {min(tile[0][2], 128) for tile in fam.tiles} == set(sm90_layout.ATOMS_K)
     names = [c.name for c in fam.enumerate()]
     assert len(names) == len(set(names))
     assert all(n.startswith("cutlass3x_sm90_sptensorop_spgemm_") for n in names)
 
 
-def test_compressor_compiles_for_sm90a(shared_cache_path):
-    compiled = kernels.get(CompressorConfig("f16"), "sm_90a", KernelCache(shared_cache_path))
+@pytest.mark.parametrize("atom_k", sm90_layout.ATOMS_K)
+def test_compressor_compiles_for_sm90a(shared_cache_path, atom_k):
+    compiled = kernels.get(CompressorConfig("f16", atom_k=atom_k), "sm_90a", KernelCache(shared_cache_path))
     c = compiled.constants
+    assert c["atom_k"] == atom_k and c["atom_m"] == sm90_layout.ATOM_M
     assert cubin.kernel_param_bytes(compiled.cubin, compiled.symbol) == COMPRESS.dtype.itemsize
     # 2:4 keeps half of K; metadata is one byte per 8 logical K; alignments as CUTLASS sets them.
     assert c["a_sparsity"] == 2 and c["e_sparsity"] == 8 and c["chunk_k"] == 4

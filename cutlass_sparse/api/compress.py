@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..describe import dtypes
-from ..formats import prune, sm80_layout
+from ..formats import prune, sm80_layout, sm90_layout
 from ..formats.matrices import Codec, SparseBatch, SparseMatrix, register_codec
 from ..formats.patterns import LAYOUT_SM80, LAYOUT_SM90, LAYOUTS, _check_matrix, check_fits, is_broadcast_batch
 from ..launch import sm90_compress
@@ -54,9 +54,9 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
         if xp is np:
             raise TypeError("layout 'sm90' compresses on the GPU: pass a cupy array")
         sm80_layout.grouped(dense, element)   # the 2:4 check, with the same message as sm80's
-        values, metadata = sm90_compress.compress(dense, element)
-    else:
-        values, metadata = sm80_layout.encode(dense, element)
+        values, metadata = sm90_compress.compress(dense, element, sm90_layout.STORED_ATOM_K)
+        return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout, sm90_layout.STORED_ATOM_K)
+    values, metadata = sm80_layout.encode(dense, element)
     return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout)
 
 

@@ -193,6 +193,12 @@ class SparseGemmConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
+    def atom_k(self) -> int:
+        """sm90: K of the compressed metadata's layout atom this kernel reads (CUTLASS's
+        builder takes min(tile K, 128)); a matrix holds metadata for each atom it is run with."""
+        return min(self.threadblock[2], 128)
+
+    @property
     def threads(self) -> int:
         return 32 * self.warps[0] * self.warps[1] * self.warps[2]
 
@@ -239,6 +245,11 @@ class CompressorConfig:
 
     element: str
     family: str = "sm90_compressor"
+    atom_k: int = 128                # K of the metadata layout atom (SparseGemmConfig.atom_k)
+
+    def __post_init__(self):
+        if self.atom_k not in (64, 128):
+            raise ValueError(f"atom_k {self.atom_k} must be 64 or 128 (tile K 64, or 128 and above)")
 
     @property
     def data_type(self) -> DataType:
@@ -246,7 +257,8 @@ class CompressorConfig:
 
     @property
     def name(self) -> str:
-        return f"cutlass3x_sm90_sparse_compressor_{self.element}"
+        suffix = "" if self.atom_k == 128 else f"_k{self.atom_k}"
+        return f"cutlass3x_sm90_sparse_compressor_{self.element}{suffix}"
 
     def to_json(self) -> dict:
         return asdict(self)

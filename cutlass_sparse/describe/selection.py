@@ -34,18 +34,28 @@ def choose_tile(family: str, m: int, n: int, k: int, sm_count: int):
 REDUCE_WEIGHT = 4.0
 
 
+# Share of the SMs that clusters of each size can occupy at once: a cluster runs inside
+# one GPC, and the H100's GPCs hold 14 to 18 SMs (clusters of 4 fill about 120 of 132).
+# Measured: 128 64x64 tiles ran 1.45x slower in 4x1 clusters than alone (one wave becomes two).
+CLUSTER_SM_SHARE = {1: 1.0, 2: 1.0, 4: 0.91, 8: 0.85}
+
+
 def sm90_tile_cost(threadblock, cluster, splits: int, m: int, n: int, k: int, sm_count: int) -> float:
-    """Waves of (cluster-padded) tiles times each tile's work: its MMA area plus 64 x its
-    perimeter (the bytes it loads per K step). Fitted to the H100 sweep of 2026-11-22
-    (docs/tune90_splitk_h100.log): picks the fastest tile, or one within 10% of it, at
-    each of 4096 x {16, 128, 512, 4096} x 4096, 11008 x {128, 512} x 4096 and
-    4096 x 16 x 11008. A cluster launches whole: a 1x2 cluster over one N tile leaves
-    half its CTAs idle, so tile counts round up to the cluster's shape."""
+    """Waves of (cluster-padded) tiles times each tile's work: its MMA area (a wgmma
+    narrower than 64 costs as much as 64) plus 64 x the operand rows it loads per K step,
+    where TMA multicast shares A among a cluster's CTAs along N and B along M. Fitted to
+    the H100 sweep of 2026-11-23 (docs/tune90_k64_h100.log): picks the fastest tile, or
+    one within 5% of it, at each of its 17 shapes from 4096 x 16 x 4096 to 28672 x 4096 x
+    8192 (before: docs/tune90_splitk_h100.log). A cluster launches whole: a 1x2 cluster
+    over one N tile leaves half its CTAs idle, so tile counts round up to the cluster's shape."""
     tm, tn, tk = threadblock
-    tiles = round_up(cdiv(m, tm), cluster[0]) * round_up(cdiv(n, tn), cluster[1]) * splits
-    waves = cdiv(tiles, sm_count)
+    cm, cn = cluster[0], cluster[1]
+    size = cm * cn
+    tiles = round_up(cdiv(m, tm), cm) * round_up(cdiv(n, tn), cn) * splits
+    waves = cdiv(tiles, max(size, int(sm_count * CLUSTER_SM_SHARE.get(size, 0.8)) // size * size))
     reduce = REDUCE_WEIGHT * tm * tn if splits > 1 else 0.0
-    return waves * ((tm * tn + 64 * (tm + tn)) * cdiv(cdiv(k, tk), splits) * tk + reduce)
+    work = tm * max(tn, 64) + 64 * (tm / cn + tn / cm)
+    return waves * (work * cdiv(cdiv(k, tk), splits) * tk + reduce)
 
 
 def n_range(n: int) -> int:

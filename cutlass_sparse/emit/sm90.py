@@ -119,7 +119,7 @@ using Params = typename GemmKernel::Params;
 using SparseConfig = typename CollectiveMainloop::SparseConfig;
 namespace expected { ${sparse_config_decl} }
 static_assert(cute::is_same_v<SparseConfig, expected::SparseConfig>,
-              "this tile reads a different sparse layout than the sm90 compressor writes (tile K must be >= 128)");
+              "this tile reads a different sparse layout than the sm90 compressor writes (metadata atom K)");
 
 extern "C" __constant__ int ${name}_shared_bytes = int(GemmKernel::SharedStorageSize);
 extern "C" __constant__ int ${name}_threads = int(GemmKernel::MaxThreadsPerBlock);
@@ -249,7 +249,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "set_activation_arg": epilogue.set_activation_arg_3x(config.activation, "arguments", "args.activation_arg"),
         "setup_struct": SETUP.cpp(),
         "setup_name": SETUP.name,
-        "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element]),
+        "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element], config.atom_k),
         "before_includes": BEFORE_INCLUDES, "after_includes": AFTER_INCLUDES,
     })
     return Emitted(source, {config.name: 8, f"{config.name}_setup": SETUP.dtype.itemsize},
@@ -295,7 +295,8 @@ def _scheduler_snippets(config: SparseGemmConfig) -> dict:
             "scheduler_arguments": "", "barrier_region": ""}
 
 
-def sparse_config_decl(element: str) -> str:
-    """The Sm90GemmSparseConfig that both the compressor and the GEMM mainloop must use."""
+def sparse_config_decl(element: str, atom_k: int) -> str:
+    """The Sm90GemmSparseConfig that both the compressor and the GEMM mainloop must use.
+    CUTLASS's builder derives its metadata atom from the tile: atom K = min(tile K, 128)."""
     return (f"using SparseConfig = cutlass::Sm90GemmSparseConfig<cute::sparse_elem<2, {element}>, "
-            f"cute::SM90::GMMA::Major::K, cute::sparse_elem<8, uint8_t>, cute::C<128>>;")
+            f"cute::SM90::GMMA::Major::K, cute::sparse_elem<8, uint8_t>, cute::C<{atom_k}>>;")

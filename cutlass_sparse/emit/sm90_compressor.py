@@ -25,7 +25,7 @@ COMPRESSOR_CONSTANTS = ("threads", "shared_bytes", "a_align_m", "a_align_k", "e_
 
 COMPRESS_TEMPLATE = """\
 // ${name}
-// Emitted by cutlass_sparse: CUTLASS's sm90 structured-sparse compressor for ${element}.
+// Emitted by cutlass_sparse: CUTLASS's sm90 structured-sparse compressor for ${element}, metadata atom K ${atom_k}.
 ${before_includes}
 #include <cutlass/cutlass.h>
 #include <cute/tensor.hpp>
@@ -75,8 +75,8 @@ ${name}(${compress_name} const args) {
 def emit(config) -> Emitted:
     element = DataTypeTag[config.data_type]
     source = substitute(COMPRESS_TEMPLATE, {
-        "name": config.name, "element": element,
-        "sparse_config_decl": sparse_config_decl(element),
+        "name": config.name, "element": element, "atom_k": config.atom_k,
+        "sparse_config_decl": sparse_config_decl(element, config.atom_k),
         "compress_struct": COMPRESS.cpp(), "compress_name": COMPRESS.name,
         "before_includes": BEFORE_INCLUDES, "after_includes": AFTER_INCLUDES,
     })

@@ -7,13 +7,14 @@ it: formats sits below launching and must not import it).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from ..describe import dtypes
-from . import sm80_layout
+from . import sm80_layout, sm90_layout
 from .patterns import LAYOUT_SM80
 
 
@@ -69,6 +70,9 @@ class SparseMatrix:
     values: object                  # sm80: [M_pad, K_pad/2], numpy or cupy
     metadata: object                # sm80: words [K_pad/(2*16 or 2*32), 2*M_pad] (ColumnMajorInterleaved<2>)
     layout: str = LAYOUT_SM80       # which kernel family's metadata layout this is
+    atom_k: int = 128               # sm90: the metadata's layout atom (sm90_layout)
+    # sm90: the metadata in other atoms, converted on first use by a kernel that reads them
+    _other_atoms: dict = field(default_factory=dict, repr=False, compare=False)
 
     def _require_sm80(self, what: str) -> None:
         if self.layout != LAYOUT_SM80:
@@ -101,13 +105,26 @@ class SparseMatrix:
             return self
         cupy = _cupy_with_gpu("SparseMatrix.to_device()")
         return SparseMatrix(self.shape, self.dtype, cupy.asarray(self.values),
-                            cupy.asarray(self.metadata), self.layout)
+                            cupy.asarray(self.metadata), self.layout, self.atom_k)
 
     def to_host(self) -> "SparseMatrix":
         """This matrix as NumPy arrays (itself if it is there already)."""
         if not self.is_device:
             return self
-        return SparseMatrix(self.shape, self.dtype, self.values.get(), self.metadata.get(), self.layout)
+        return SparseMatrix(self.shape, self.dtype, self.values.get(), self.metadata.get(), self.layout, self.atom_k)
+
+    def metadata_for(self, atom_k: int, stream=None):
+        """The metadata in the layout a kernel with this atom K reads (sm90): the stored
+        one, or a conversion made once on `stream` (a CuPy stream, the kernel's) and kept
+        (1/8 of the values' bytes)."""
+        if atom_k == self.atom_k or self.layout == LAYOUT_SM80:
+            return self.metadata
+        converted = self._other_atoms.get(atom_k)
+        if converted is None:
+            with stream if stream is not None else contextlib.nullcontext():
+                converted = self._other_atoms[atom_k] = sm90_layout.convert(
+                    self.metadata, *self.shape, self.atom_k, atom_k)
+        return converted
 
     def plain_metadata(self):
         """The [M_pad, words] metadata before CUTLASS's reorder."""

@@ -115,6 +115,7 @@ class Sm90Plan:
             self.swizzle = self.config.swizzle if config is not None or choice is not None else \
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
                                        catalog.load(FAMILY).swizzle)
+        self.atom_k = self.config.atom_k   # which metadata layout the kernel reads
         self.ldd = out.ld
         self.ldc = c.ld if p.epilogue.reads_c else self.ldd
         # cs.plan and the eager path launch directly when nothing is staged and D is the
@@ -180,7 +181,7 @@ class Sm90Plan:
 
     def ready(self, sw, pointers: tuple[int, int, int], workspace=None, stream=None) -> Ready:
         """The built launch for sw and (b, c, d) pointers: kept, else built now (one setup launch)."""
-        key = (sw.values.data.ptr, sw.metadata.data.ptr, *pointers,
+        key = (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers,
                0 if workspace is None else workspace.data.ptr)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
         if ready is not None:

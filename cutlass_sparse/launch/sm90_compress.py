@@ -9,8 +9,9 @@ from ..emit.sm90_compressor import COMPRESS
 from . import device, modules
 
 
-def compress(dense, element: str):
-    """values and metadata of a 2:4 [M, K] cupy matrix in CUTLASS's sm90 layout."""
+def compress(dense, element: str, atom_k: int):
+    """values and metadata of a 2:4 [M, K] cupy matrix in CUTLASS's sm90 layout, the
+    metadata in atoms of K atom_k (formats.sm90_layout)."""
     import cupy
 
     m, k = dense.shape
@@ -18,7 +19,7 @@ def compress(dense, element: str):
         raise ValueError(f"dense has K = {k}: the sm90 layout needs K a multiple of 16 "
                          f"(pad K, or use layout='sm80', which takes any K)")
     device_id = dense.device.id
-    compiled = kernels.get(CompressorConfig(element), device.sm90_target(device.facts(device_id)[0], device_id))
+    compiled = kernels.get(CompressorConfig(element, atom_k=atom_k), device.sm90_target(device.facts(device_id)[0], device_id))
     c = compiled.constants
     # The compressor works in whole atoms (max_align_m rows by max_align_k columns); the
     # buffers are sized to whole atoms so that none of its writes can leave them.

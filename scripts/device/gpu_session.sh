@@ -9,6 +9,7 @@
 #   BENCH="args"      scripts/bench.py with these arguments (" " for the defaults)
 #   EXTRAS=1          host overhead (PROFILE=1: and the profiler tables, 4096^3 and 4096x16x4096)
 #   EAGER="args"      scripts/bench_eager.py with these arguments (" " for the defaults)
+#   SKIP_WARM=1       do not compile the session's kernels first (a sweep compiles its own)
 #   SAVE_CACHE=1      $OUT/compiled_cache.db.gz: the cache after compiling what was missing
 #   NCU=1             Nsight Compute sections for the decode kernel (4096x16x4096)
 # Logs go under $OUT (the device tool's output folder; at most 8 files come back).
@@ -18,15 +19,17 @@ export PYTHONPATH=/tmp/site:$PWD CUTLASS_SPARSE_CACHE=/tmp/csd/cs.db PYTHONUNBUF
 mkdir -m 700 -p /tmp/csd; [ -f /tmp/csd/cs.db ] || gunzip -c .device/compiled_cache.db.gz > /tmp/csd/cs.db
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 t0=$(date +%s)
-timeout ${WARM_TIMEOUT:-400} python3 -m tests.gpu_cases --family session --jobs 16 > $OUT/warm.log 2>&1
-echo "warm rc=$? $(( $(date +%s) - t0 ))s: $(grep -c '^cached' $OUT/warm.log) cached, $(grep -c '^compiled' $OUT/warm.log) compiled"
-grep '^failed' $OUT/warm.log | head -5
+if [ -z "$SKIP_WARM" ]; then   # SKIP_WARM=1: a sweep that compiles only its own kernels
+  timeout ${WARM_TIMEOUT:-400} python3 -m tests.gpu_cases --family session --jobs 16 > $OUT/warm.log 2>&1
+  echo "warm rc=$? $(( $(date +%s) - t0 ))s: $(grep -c '^cached' $OUT/warm.log) cached, $(grep -c '^compiled' $OUT/warm.log) compiled"
+  grep '^failed' $OUT/warm.log | head -5
+fi
 if [ -n "$SAVE_CACHE" ]; then   # bring the warmed cache back (carry it as .device/ next time)
   python3 -c "import sqlite3; s=sqlite3.connect('/tmp/csd/cs.db'); d=sqlite3.connect('/tmp/csd/snap.db'); s.backup(d); d.close()"
   gzip -c /tmp/csd/snap.db > $OUT/compiled_cache.db.gz; ls -la $OUT/compiled_cache.db.gz
 fi
 for script in $SWEEP; do
-  timeout ${SWEEP_TIMEOUT:-300} python3 $script >> $OUT/sweep.log 2>&1; echo "$script rc=$? $(( $(date +%s) - t0 ))s"
+  timeout ${SWEEP_TIMEOUT:-300} python3 $script $SWEEP_ARGS >> $OUT/sweep.log 2>&1; echo "$script rc=$? $(( $(date +%s) - t0 ))s"
 done; [ -n "$SWEEP" ] && cat $OUT/sweep.log
 if [ -z "$SKIP_TESTS" ]; then
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider -n 4 --dist loadfile \
@@ -35,7 +38,9 @@ if [ -z "$SKIP_TESTS" ]; then
 fi
 [ -n "$BENCH" ] && { timeout ${BENCH_TIMEOUT:-260} python3 scripts/bench.py --json $OUT/bench.json --png $OUT/bench.png $BENCH > $OUT/bench.log 2>&1; cat $OUT/bench.log; }
 [ -n "$EAGER" ] && { timeout ${EAGER_TIMEOUT:-300} python3 scripts/bench_eager.py --json $OUT/bench_eager.json $EAGER > $OUT/bench_eager.log 2>&1; echo "bench_eager rc=$?"; cat $OUT/bench_eager.log; }
-timeout 60 python3 scripts/run_gemm.py --m 4096 --n 4096 --k 4096 > $OUT/run_gemm.log 2>&1; cat $OUT/run_gemm.log
+if [ -z "$SKIP_WARM" ]; then   # its kernel is among the warmed ones
+  timeout 60 python3 scripts/run_gemm.py --m 4096 --n 4096 --k 4096 > $OUT/run_gemm.log 2>&1; cat $OUT/run_gemm.log
+fi
 if [ -n "$EXTRAS" ]; then   # issue 4/5 measurements: host overhead (and PROFILE=1: profiler tables)
   { timeout 60 python3 scripts/host_overhead.py; timeout 60 python3 scripts/host_overhead.py --family sm90
     [ -n "$PROFILE" ] && for n in 4096 16; do
