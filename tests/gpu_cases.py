@@ -183,10 +183,10 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
         items = tune.candidate_configs(choices, Problem.contiguous(family, m, n, k, sm_count=sm_count))
         (sm80_items if family == "sm80" else sm90_items).extend(items)
     for dtype in DTYPES:   # scripts/bench.py
-        for m, n, k in script("bench.py").DEFAULT_SHAPES:
+        for m, n, k in script("bench.py").DEFAULT_SHAPES + script("bench.py").LLM_SHAPES:
             sm90_items.append(selection_config(m, n, k, dtype, "sm90", sm_count))
     for family in ("sm80", "sm90"):   # scripts/host_overhead.py, scripts/run_gemm.py
-        for m, n, k in ((128, 64, 128), (4096, 4096, 4096)):
+        for m, n, k in ((128, 64, 128), (4096, 4096, 4096), (8192, 8192, 8192), (14336, 16, 4096), (4096, 128, 4096)):
             (sm80_items if family == "sm80" else sm90_items).append(
                 selection_config(m, n, k, "f16", family, sm_count))
     swept = planned_configs([any_shape_cases.problem_of(case, sm_count)

@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,9 @@ log = logging.getLogger("cutlass_sparse")
 DEFAULT_SHAPES = [(8192, 8192, 8192), (16384, 16384, 16384), (4096, 4096, 4096), (11008, 4096, 4096),
                   (4096, 4096, 11008), (4096, 512, 4096), (11008, 512, 4096), (4096, 128, 4096),
                   (4096, 16, 4096)]
+# Llama-class projections (M = output features, K = input features) at decode to prefill token counts.
+LLM_SHAPES = [(m, n, k) for m, k in ((4096, 14336), (14336, 4096), (6144, 4096), (8192, 28672), (28672, 8192))
+              for n in (1, 8, 16, 64, 512, 4096)]
 TOLERANCE = {"f16": 2e-3, "bf16": 1.2e-2}
 
 
@@ -33,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", default=["f16", "bf16"], type=types.choice_list(tuple(TOLERANCE)),
                    help="comma-separated: f16, bf16 (default both)")
     p.add_argument("--shapes", default=None, type=types.shape_list, help="comma-separated MxNxK")
+    p.add_argument("--llm", action="store_true", help="also the Llama-class projection shapes (LLM_SHAPES)")
     p.add_argument("--family", default=None, choices=["sm80", "sm90"])
     p.add_argument("--json", default="bench.json", help="results as JSON (default bench.json)")
     p.add_argument("--png", default="bench.png", help="bar chart (default bench.png; needs matplotlib)")
@@ -90,6 +95,15 @@ def bench_one(m, n, k, dtype, family, rng, tune=False):
     return row
 
 
+def kernel_label(name: str) -> str:
+    """A kernel's tile, cluster and schedule from its procedural name: '128x256x64 c2x1 coop'."""
+    found = re.search(r"_(\d+x\d+x\d+)_(\d+)x(\d+)x1_.*?(cooperative|pingpong|swz\d)", name)
+    if not found:
+        return name[-24:]
+    tile, cm, cn, schedule = found.groups()
+    return f"{tile} c{cm}x{cn} {schedule[:4]}" + (" sk" if name.endswith("_streamk") else "")
+
+
 def geomean(values):
     values = [v for v in values if v and math.isfinite(v)]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
@@ -100,11 +114,11 @@ def main(args) -> int:
 
     if not reference.gpu_available():
         raise RuntimeError("bench times kernels on a GPU; none is visible")
-    shapes = args.shapes or DEFAULT_SHAPES
+    shapes = (args.shapes or DEFAULT_SHAPES) + (LLM_SHAPES if args.llm else [])
     rng = np.random.default_rng(0)
     rows = []
     header = (f"{'dtype':5} {'m':>6} {'n':>6} {'k':>6}  {'ours':>7} {'dense':>7} {'cuSPLt':>7}  "
-              f"{'ours/dense':>10} {'ours/cSLt':>9}  check")
+              f"{'ours/dense':>10} {'ours/cSLt':>9}  {'kernel':24} check")
     print(header)
     for dtype in args.dtypes:
         for m, n, k in shapes:
@@ -114,7 +128,7 @@ def main(args) -> int:
             row["vs_cslt"] = row["cslt_ms"] / row["ours_ms"] if "cslt_ms" in row else None
             print(f"{dtype:5} {m:6} {n:6} {k:6}  {row['ours_tflops']:7.1f} {row['dense_tflops']:7.1f} "
                   f"{row.get('cslt_tflops', float('nan')):7.1f}  {row['vs_dense']:10.3f} "
-                  f"{row['vs_cslt'] or float('nan'):9.3f}  {'ok' if row['ok'] else 'FAIL'} "
+                  f"{row['vs_cslt'] or float('nan'):9.3f}  {kernel_label(row['config']):24} {'ok' if row['ok'] else 'FAIL'} "
                   f"({row['rel_err']:.1e})", flush=True)
     good = [r for r in rows if r["ok"]]
     for label, pick in (("n >= 512", lambda r: r["n"] >= 512), ("n <= 128", lambda r: r["n"] <= 128)):

@@ -11,7 +11,7 @@
 #   EAGER="args"      scripts/bench_eager.py with these arguments (" " for the defaults)
 #   SKIP_WARM=1       do not compile the session's kernels first (a sweep compiles its own)
 #   SAVE_CACHE=1      $OUT/compiled_cache.db.gz: the cache after compiling what was missing
-#   NCU=1             Nsight Compute sections for the decode kernel (4096x16x4096)
+#   NCU=1             Nsight Compute: DRAM/SM throughput of our kernel at decode shapes and 8192^3
 # Logs go under $OUT (the device tool's output folder; at most 8 files come back).
 OUT=${OUT:-/tmp/gpu_session_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -26,7 +26,8 @@ if [ -z "$SKIP_WARM" ]; then   # SKIP_WARM=1: a sweep that compiles only its own
 fi
 if [ -n "$SAVE_CACHE" ]; then   # bring the warmed cache back (carry it as .device/ next time)
   python3 -c "import sqlite3; s=sqlite3.connect('/tmp/csd/cs.db'); d=sqlite3.connect('/tmp/csd/snap.db'); s.backup(d); d.close()"
-  gzip -c /tmp/csd/snap.db > $OUT/compiled_cache.db.gz; ls -la $OUT/compiled_cache.db.gz
+  # in parts under the 16 MiB a returned file may have: cat them into .device/compiled_cache.db.gz
+  gzip -9 -c /tmp/csd/snap.db | split -b 15m - $OUT/compiled_cache.db.gz.part-; ls -la $OUT/compiled_cache.db.gz.part-*
 fi
 for script in $SWEEP; do
   timeout ${SWEEP_TIMEOUT:-300} python3 $script $SWEEP_ARGS >> $OUT/sweep.log 2>&1; echo "$script rc=$? $(( $(date +%s) - t0 ))s"
@@ -47,11 +48,14 @@ if [ -n "$EXTRAS" ]; then   # issue 4/5 measurements: host overhead (and PROFILE
       timeout 200 python3 scripts/run_gemm.py --m 4096 --n $n --k 4096 --profile | grep -v "^\["; done
   } > $OUT/extras.log 2>&1; cat $OUT/extras.log
 fi
-if [ -n "$NCU" ]; then   # Nsight Compute on the decode kernel (4096x16x4096): where its time goes
-  timeout 240 ncu --target-processes all --kernel-name regex:'pingpong_epi_tma$' --launch-skip 3 --launch-count 1 \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
-    --section WarpStateStats --section SchedulerStats \
-    python3 scripts/run_gemm.py --m 4096 --n 16 --k 4096 > $OUT/ncu.log 2>&1
-  echo "ncu rc=$?"; grep -v "^==PROF==" $OUT/ncu.log | grep -E "^  [A-Z]|^    [A-Z]" | grep -v "^    ---" | head -90
+if [ -n "$NCU" ]; then   # Nsight Compute: DRAM and SM throughput of the chosen kernel, decode rows and 8192^3
+  for shape in "4096 16 4096" "14336 16 4096" "4096 128 4096" "8192 8192 8192"; do
+    set -- $shape
+    timeout 120 ncu --target-processes all --kernel-name regex:'sptensorop.*(epi_tma|streamk)$' --launch-skip 3 \
+      --launch-count 1 --section SpeedOfLight --section LaunchStats \
+      python3 scripts/run_gemm.py --m $1 --n $2 --k $3 > $OUT/ncu_$1x$2x$3.log 2>&1
+    echo "ncu $1x$2x$3 rc=$?: $(grep -oE 'sptensorop_spgemm_[a-z0-9_]+' $OUT/ncu_$1x$2x$3.log | head -1)"
+    grep -E "^    (DRAM Throughput|Compute \(SM\) Throughput|Memory Throughput|Duration|Grid Size|Cluster Size|Shared Memory Configuration Size)" $OUT/ncu_$1x$2x$3.log
+  done
 fi
 echo "total $(( $(date +%s) - t0 ))s"
