@@ -46,16 +46,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cusparselt(w, x):
-    """A callable computing w @ x with cuSPARSELt through torch, plan and algorithm chosen once."""
+    """A callable computing w @ x with cuSPARSELt through torch, plan and algorithm chosen
+    once; None where torch is missing or cuSPARSELt refuses the shape."""
     try:
         import torch
     except ImportError:
         return None
     w_t, x_t = torch.from_dlpack(w), torch.from_dlpack(x)
-    compressed = torch._cslt_compress(w_t)
-    alg = torch._cslt_sparse_mm_search(compressed, x_t)
-    alg_id = alg[0] if isinstance(alg, tuple) else alg
-    out = torch._cslt_sparse_mm(compressed, x_t, alg_id=alg_id)
+    try:
+        compressed = torch._cslt_compress(w_t)
+        alg = torch._cslt_sparse_mm_search(compressed, x_t)
+        alg_id = alg[0] if isinstance(alg, tuple) else alg
+        out = torch._cslt_sparse_mm(compressed, x_t, alg_id=alg_id)
+    except RuntimeError as exc:   # e.g. N = 1 with a row-major x: cuSPARSELt refuses it
+        log.info("cuSPARSELt cannot run this shape: %s", str(exc).splitlines()[0][:120])
+        return None
 
     def run():
         torch._cslt_sparse_mm(compressed, x_t, alg_id=alg_id)

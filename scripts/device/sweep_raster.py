@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Issue 13 (GPU machine): the large-shape winners under each tile-scheduler swizzle and
+raster order (run-time arguments: no new kernels), against cuSPARSELt and dense in the
+same process, each result checked. Usage: sweep_raster.py RASTER (0 heuristic, 1 along
+M, 2 along N)."""
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import cupy  # noqa: E402
+
+import cutlass_sparse as cs  # noqa: E402
+from cutlass_sparse import reference  # noqa: E402
+from cutlass_sparse.cli.bench import cusparselt  # noqa: E402
+from cutlass_sparse.describe import catalog  # noqa: E402
+from cutlass_sparse.launch import sm90  # noqa: E402
+
+SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 4096, 11008), (28672, 4096, 8192),
+          (11008, 512, 4096)]
+
+
+def main():
+    raster = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    sm90.RASTER = raster
+    fam = catalog.load("sm90")
+    tiles = [t for t in fam.tiles if t[0] in ((128, 256, 64), (256, 128, 64), (128, 128, 128)) and t[5] == "persistent"]
+    rng = cupy.random.default_rng(0)
+    for m, n, k in SHAPES:
+        w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32).astype(cupy.float16))
+        x = rng.standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
+        sw = cs.compress(w)
+        y_dense = cupy.matmul(w, x)
+        ref = reference.to_float32(y_dense)
+        dense_ms = reference.kernel_median_ms(lambda: cupy.matmul(w, x, out=y_dense))
+        run, _ = cusparselt(w, x)
+        cslt_ms = reference.kernel_median_ms(run)
+        y = cupy.empty((m, n), dtype=cupy.float16)
+        rows = []
+        for tile in tiles:
+            for swizzle in (1, 2, 4, 8):
+                config = dataclasses.replace(fam.config(tile, "f16", "f16", "row", 8, 8), swizzle=swizzle)
+                y.fill(0)
+                cs.matmul(sw, x, out=y, config=config)
+                err = reference.relative_error(y, ref)
+                ms = reference.kernel_median_ms(lambda: cs.matmul(sw, x, out=y, config=config))
+                rows.append((cslt_ms / ms, ms, tile, swizzle, err))
+        rows.sort(reverse=True, key=lambda r: r[0])
+        print(f"\nraster {raster} {m}x{n}x{k}: dense {dense_ms * 1e3:.1f} us, cuSPARSELt {cslt_ms * 1e3:.1f} us", flush=True)
+        for vs_lt, ms, tile, swizzle, err in rows[:5]:
+            print(f"  {'x'.join(map(str, tile[0]))} c{tile[3][0]}x{tile[3][1]} swz{swizzle}  {ms * 1e3:8.1f} us  "
+                  f"/LT {vs_lt:.3f}  /dense {dense_ms / ms:.3f}  err {err:.1e}  {'ok' if err < 2e-3 else 'FAIL'}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
