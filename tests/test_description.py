@@ -68,8 +68,8 @@ def test_selection_prefers_big_tiles_for_big_problems_and_small_for_small():
     assert selection.config_for_shape(100, 3, 16, "f16", "f16", "row", sm_count=132) == odd
 
 
-# The H100 sweep of session 6 (docs/tune90_k64_h100.log; swizzles from
-# docs/tune90_large_h100.log): (M, N, K) -> (tile, cluster, schedule) of the fastest
+# The H100 sweeps of session 6 (docs/tune90_k64_h100.log; swizzles from
+# docs/tune90_raster_h100.log and docs/tune90_large_h100.log): (M, N, K) -> (tile, cluster, schedule) of the fastest
 # kernel, or one within 5% of it, and the swizzle that measured best.
 SM90_MEASURED = {
     (4096, 16, 4096): ((64, 32, 128), (4, 1, 1), "pingpong", 1),
@@ -83,11 +83,11 @@ SM90_MEASURED = {
     (11008, 512, 4096): ((128, 128, 128), (1, 2, 1), "cooperative", 1),
     (4096, 512, 14336): ((128, 128, 128), (1, 2, 1), "cooperative", 1),
     (14336, 512, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 1),
-    (4096, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 1),
+    (4096, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
     (11008, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 4),
-    (4096, 4096, 11008): ((128, 256, 64), (2, 1, 1), "cooperative", 1),
-    (8192, 8192, 8192): ((128, 256, 64), (2, 1, 1), "cooperative", 4),
-    (28672, 4096, 8192): ((128, 256, 64), (2, 1, 1), "cooperative", 4),
+    (4096, 4096, 11008): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
+    (8192, 8192, 8192): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
+    (28672, 4096, 8192): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
 }
 
 

@@ -105,10 +105,17 @@ def linear_out_layout(tokens: int, item: int) -> str:
 
 
 def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int) -> int:
-    """The tile scheduler's swizzle for a problem: 4 from eight waves of tiles up (keeps
-    the operand panels of neighbouring tiles in L2; measured +2% at 8192^3, +11% at
-    16384^3), else the catalog's default (1: swizzling a few waves cost up to 3x)."""
-    tiles = cdiv(m, threadblock[0]) * cdiv(n, threadblock[1])
+    """The tile scheduler's swizzle for a problem (it keeps the operand panels of
+    neighbouring tiles in L2): 8 from three waves of tiles up where both tile counts are
+    multiples of 8 (measured +2 to 2.5% at 4096^3, 4096x4096x11008, 8192^3 and
+    28672x4096x8192 under all three raster orders, docs/tune90_raster_h100.log; with 86
+    M tiles, 11008x4096x4096, 8 fell out of the top five); else 4 from eight waves up
+    (+2% at 8192^3, +11% at 16384^3 with the earlier 256x128 tile); else the catalog's
+    default (1: swizzling a few waves cost up to 3x)."""
+    tiles_m, tiles_n = cdiv(m, threadblock[0]), cdiv(n, threadblock[1])
+    tiles = tiles_m * tiles_n
+    if tiles >= 3 * sm_count and tiles_m % 8 == 0 and tiles_n % 8 == 0:
+        return 8
     return 4 if tiles >= 8 * sm_count else default
 
 
