@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import dataclasses
 from dataclasses import asdict, dataclass
 
 from cutlass_library.gemm_operation import GemmOperation
@@ -191,6 +192,11 @@ class SparseGemmConfig:
         """Stable short hash of every field."""
         blob = json.dumps(asdict(self), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def as_compiled(self) -> "SparseGemmConfig":
+        """This configuration as its binary sees it: the sm90 tile scheduler's swizzle is a
+        run-time argument, so configurations that differ only in it share one kernel."""
+        return dataclasses.replace(self, swizzle=1) if self.is_3x else self
 
     @property
     def atom_k(self) -> int:

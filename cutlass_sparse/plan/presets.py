@@ -76,6 +76,6 @@ def items(name: str, archs: list[str], sm_counts: dict[str, int] | None = None,
             found += [(CompressorConfig(dtype), arch) for dtype in DTYPES]
         for problem in problems(name, arch, count, n_max):
             asked = kernels.first_asked(lambda: plans.make(problem))
-            if asked is not None:
-                found.append((asked[0], kernels.normalize_arch(asked[1])))
+            if asked is not None:   # one entry per binary (swizzles share one)
+                found.append((asked[0].as_compiled(), kernels.normalize_arch(asked[1])))
     return list(dict.fromkeys(found))
