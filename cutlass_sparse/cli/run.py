@@ -77,7 +77,7 @@ def main(args) -> int:
     if reference.gpu_available():
         if args.arch:
             log.info("a GPU is visible: --arch is ignored (kernels compile for the GPU's own arch)")
-        return run_on_gpu(args)
+        return run_on_gpu(args, config)
     if args.profile:
         raise RuntimeError("--profile times kernels on a GPU; none is visible")
     return compile_only(args, family, target, config)
@@ -92,12 +92,36 @@ def _named_config(name: str | None, family: str):
         raise UsageError(f"argument --config: {exc}") from None
 
 
-def problem_of(args, family: str, target: str) -> Problem:
+def problem_of(args, family: str, target: str, sm_count: int | None = None) -> Problem:
     """The Problem a GPU run of these arguments makes (fresh operands, D allocated)."""
     problem = Problem.contiguous(family, args.m, args.n, args.k, element=args.dtype, element_out=args.out_dtype,
                                  layout_b=args.layout_b, activation=args.activation,
-                                 arch="sm_90" if family == "sm90" else target, sm_count=args.sm_count)
+                                 arch="sm_90" if family == "sm90" else target, sm_count=sm_count or args.sm_count)
     return dataclasses.replace(problem, split_k=args.split_k, split_k_mode=args.split_k_mode)
+
+
+def compile_side_by_side(problem: Problem, config=None) -> None:
+    """Compile the sm90 compressor and GEMM a run needs in two worker processes when both
+    are missing, so a first run waits for the GEMM's compile only, not for both in turn
+    (NVRTC holds the GIL: threads would not overlap). sm80 kernels compile in seconds."""
+    from .. import env
+    from ..build import kernels, warmup
+    from ..describe.description import CompressorConfig
+    from ..plan import plans
+
+    if problem.family != "sm90" or env.compile_disabled():
+        return
+    wanted = [(CompressorConfig(problem.element), types.SM90_TARGET)]
+    try:
+        asked = kernels.first_asked(lambda: plans.make(problem, config))
+    except ValueError:   # refused: needed_kernels or the run reports it
+        return
+    if asked is not None:
+        wanted.append(asked)
+    missing = [(c, kernels.normalize_arch(a)) for c, a in wanted if not kernels.cached(c, a)]
+    if len(missing) > 1:
+        log.info("compiling %d kernels side by side", len(missing))
+        warmup.compile_all(missing, jobs=len(missing))
 
 
 def needed_kernels(problem: Problem, config=None) -> list:
@@ -124,6 +148,7 @@ def compile_only(args, family: str, target: str, config=None) -> int:
 
     print(f"no GPU found: compiling only, to warm the kernel cache ({env.cache_path()})", flush=True)
     problem = problem_of(args, family, target)
+    compile_side_by_side(problem, config)
     compiled = needed_kernels(problem, config)
     split = problem.split
     print(f"config        {compiled[-1 if family == 'sm90' else 0].config.name}")
@@ -160,13 +185,18 @@ def emit_only(args, family: str, config) -> int:
     return 0
 
 
-def run_on_gpu(args) -> int:
+def run_on_gpu(args, config=None) -> int:
     import cupy
 
     import cutlass_sparse as cs
     from .. import reference
     from ..build import cache
     from ..profiler.tune import format_table
+
+    gpu = cupy.cuda.Device()
+    if (args.family or ("sm90" if gpu.compute_capability == "90" else "sm80")) == "sm90":
+        compile_side_by_side(problem_of(args, "sm90", types.SM90_TARGET, gpu.attributes["MultiProcessorCount"]),
+                             config)
 
     rng = np.random.default_rng(args.seed)
     np_dtype = dtypes.numpy_dtype(args.dtype)
