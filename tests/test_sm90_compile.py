@@ -11,6 +11,7 @@ from cutlass_sparse.emit import nvrtc_headers
 from cutlass_sparse.launch import tma
 from cutlass_sparse.build.cache import KernelCache
 from cutlass_sparse.describe.description import CompressorConfig
+from cutlass_sparse.emit.registry import emit
 from cutlass_sparse.emit.sm90 import SETUP
 from cutlass_sparse.emit.sm90_compressor import COMPRESS
 from cutlass_sparse.formats import sm90_layout
@@ -64,3 +65,22 @@ def test_gemm_compiles_for_sm90a(shared_cache_path, scheduler):
     assert c["threads"] == 384                    # producer + 2 consumer warpgroups
     assert 100_000 < c["shared_bytes"] <= 227 * 1024
     assert c["params_bytes"] % 64 == 0 and c["params_bytes"] >= 4 * 128   # holds >= 4 TMA descriptors
+
+
+def test_e4m3_compressor_compiles_and_8_bit_x_must_be_k_major(shared_cache_path):
+    # Issue 15's first step: the sm90 kernels take e4m3 (scripts/device/sweep_fp8.py runs
+    # them on the GPU; the library's calls do not take fp8 yet). wgmma reads 8-bit
+    # operands K-major only: a row-major x is refused at the configuration.
+    import dataclasses
+
+    from cutlass_sparse.describe.description import SparseGemmConfig
+
+    compiled = kernels.get(CompressorConfig("e4m3"), "sm_90a", KernelCache(shared_cache_path))
+    assert compiled.constants["a_sparsity"] == 2 and compiled.constants["e_sparsity"] == 8
+    config = SparseGemmConfig(family="sm90", element="e4m3", element_out="bf16", layout_b="col",
+                              threadblock=(128, 256, 128), warps=(4, 1, 1), stages=0, instruction=(64, 128, 64),
+                              alignment_a=16, alignment_b=16, alignment_c=8, swizzle=1, min_compute=90,
+                              cluster=(2, 1, 1), schedule="cooperative")
+    assert "cutlass::float_e4m3_t" in emit(config).source and config.atom_k == 128
+    with pytest.raises(ValueError, match="K-major only"):
+        dataclasses.replace(config, layout_b="row")

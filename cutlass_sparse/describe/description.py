@@ -82,9 +82,12 @@ class SparseGemmConfig:
 
     def __post_init__(self):
         checks = [
-            (self.element in (dtypes.INPUT_NAMES if self.family == "sm90" else dtypes.SM80_INPUT_NAMES),
+            (self.element in (dtypes.SM90_KERNEL_INPUT_NAMES if self.family == "sm90" else dtypes.SM80_INPUT_NAMES),
              f"element {self.element!r}: family {self.family} takes "
-             f"{dtypes.INPUT_NAMES if self.family == 'sm90' else dtypes.SM80_INPUT_NAMES}"),
+             f"{dtypes.SM90_KERNEL_INPUT_NAMES if self.family == 'sm90' else dtypes.SM80_INPUT_NAMES}"),
+            (self.family != "sm90" or self.element not in dtypes.EIGHT_BIT_NAMES or self.layout_b == "col",
+             f"element {self.element!r}: wgmma reads 8-bit operands K-major only, so x must be "
+             f"layout_b 'col' (the library stages a row-major x)"),
             (self.element_out in self.outputs_allowed,
              f"element_out {self.element_out!r} must be one of {self.outputs_allowed}"),
             (self.activation == "identity" or self.element_out not in dtypes.INTEGER_NAMES,

@@ -6,6 +6,7 @@ import numpy as np
 from cutlass_library.library import DataType, DataTypeTag
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
 
 _BY_NAME = {
     "f16": (np.dtype(np.float16), DataType.f16),
@@ -14,6 +15,7 @@ _BY_NAME = {
     "s8": (np.dtype(np.int8), DataType.s8),
     "s32": (np.dtype(np.int32), DataType.s32),
     "tf32": (np.dtype(np.float32), DataType.tf32),   # float32 operands, read by tf32 tensor cores
+    "e4m3": (float8_e4m3, DataType.e4m3),
 }
 _NAME_BY_DTYPE = {dtype: name for name, (dtype, _) in _BY_NAME.items() if name != "tf32"}
 
@@ -22,6 +24,10 @@ _NAME_BY_DTYPE = {dtype: name for name, (dtype, _) in _BY_NAME.items() if name !
 INPUT_NAMES = ("f16", "bf16")
 SM80_INPUT_NAMES = ("f16", "bf16", "s8", "tf32")
 INTEGER_NAMES = ("s8", "s32")
+# What the sm90 family's kernels (not yet the library's calls) take: the 8-bit types for
+# quantized weights (issue 15) are emitted and compiled, and wait for their GPU checks.
+SM90_KERNEL_INPUT_NAMES = ("f16", "bf16", "e4m3", "s8")
+EIGHT_BIT_NAMES = ("e4m3", "s8")
 
 
 def array_module(array):
@@ -60,8 +66,9 @@ def operand_name(dtype) -> str | None:
 
 def outputs_for(element: str) -> tuple[str, ...]:
     """What the kernels may write for an operand type, the default first: the input type
-    or f32 for 16-bit floats, f32 for tf32, int32 or int8 (clamped) for int8."""
-    return {"s8": ("s32", "s8"), "tf32": ("f32",)}.get(element, (element, "f32"))
+    or f32 for 16-bit floats, f32 for tf32, int32 or int8 (clamped) for int8, a 16-bit
+    float or f32 for fp8 (e4m3)."""
+    return {"s8": ("s32", "s8"), "tf32": ("f32",), "e4m3": ("bf16", "f16", "f32")}.get(element, (element, "f32"))
 
 
 def numpy_dtype(name: str) -> np.dtype:

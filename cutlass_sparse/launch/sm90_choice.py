@@ -34,20 +34,21 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     """The sm90 kernel and K decomposition for a problem (the caller's config, the
     profiler's choice, or the catalog's)."""
     p = problem
-    alignment_c = 16 // dtypes.numpy_dtype(p.element_out).itemsize
+    alignment_b = TMA_ALIGN // dtypes.numpy_dtype(p.element).itemsize     # whole 16-byte vectors
+    alignment_c = TMA_ALIGN // dtypes.numpy_dtype(p.element_out).itemsize
     layout_c = "row" if p.out is None else p.out.layout
     if config is None and choice is not None:
         splits = p.split_k or 1
-        config = catalog.load(FAMILY).config(choice.tile, p.element, p.element_out, p.layout_b, 8, alignment_c)
+        config = catalog.load(FAMILY).config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
             config = dataclasses.replace(config, swizzle=choice.swizzle)
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
-        config = catalog.load(FAMILY).config(tile, p.element, p.element_out, p.layout_b, 8, alignment_c)
+        config = catalog.load(FAMILY).config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], p.m, p.n, p.sm_count,
                                                                             config.swizzle))
     else:
-        check_config_fits(config, p.element, p.element_out, p.layout_b, 8, alignment_c)
+        check_config_fits(config, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         splits = p.split_k or 1
     # D's layout is the problem's (a caller's column-major out is written in place)
     config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c)

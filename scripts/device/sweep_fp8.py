@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Issue 15, first GPU check (GPU machine): the sm90 e4m3 kernels through the plan layer
+(the library's calls do not take fp8 yet). A 2:4 weight quantized to e4m3 with one scale,
+activations e4m3 with one scale, bf16 out (alpha = the product of the scales); checked
+against the dequantized operands' product in float32, then timed against dense fp8
+(torch._scaled_mm) and cuSPARSELt fp8, kernel-only, in the same process.
+fp8 data lives in uint8 CuPy arrays (torch views them as float8_e4m3fn). Run from the
+repository root."""
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import cupy  # noqa: E402
+
+import cutlass_sparse as cs  # noqa: E402
+from cutlass_sparse import reference  # noqa: E402
+from cutlass_sparse.build import warmup  # noqa: E402
+from cutlass_sparse.describe import dtypes  # noqa: E402
+from cutlass_sparse.describe.description import CompressorConfig, SparseGemmConfig  # noqa: E402
+from cutlass_sparse.describe.problem import Epilogue, Problem  # noqa: E402
+from cutlass_sparse.formats.matrices import SparseMatrix  # noqa: E402
+from cutlass_sparse.formats.quantize import decode_e4m3, quantize_e4m3  # noqa: E402
+from cutlass_sparse.launch import sm90_compress  # noqa: E402
+from cutlass_sparse.plan import plans  # noqa: E402
+
+def cand(tb, cluster, schedule):
+    return SparseGemmConfig(family="sm90", element="e4m3", element_out="bf16", layout_b="col", threadblock=tb,
+                            warps=(4, 1, 1), stages=0, instruction=(64, 128, 64), alignment_a=16, alignment_b=16,
+                            alignment_c=8, swizzle=1, min_compute=90, cluster=cluster, schedule=schedule)
+
+
+CANDIDATES = [cand((128, 256, 128), (2, 1, 1), "cooperative"), cand((128, 128, 128), (1, 2, 1), "cooperative"),
+              cand((64, 128, 128), (1, 1, 1), "pingpong"), cand((64, 64, 128), (4, 1, 1), "pingpong"),
+              cand((64, 32, 128), (4, 1, 1), "pingpong")]
+SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 512, 4096), (4096, 128, 4096),
+          (4096, 32, 4096), (14336, 16, 4096)]
+
+
+def peers(wq, xq):
+    """Kernel-only callables for dense fp8 and cuSPARSELt fp8 (None where torch refuses)."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    w_t = torch.from_dlpack(wq).view(torch.float8_e4m3fn)                    # [M, K] row-major
+    x_t = torch.from_dlpack(xq).view(torch.float8_e4m3fn).t()                # [K, N] column-major
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    found = {}
+    try:
+        torch._scaled_mm(w_t, x_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        found["dense fp8"] = lambda: torch._scaled_mm(w_t, x_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    except RuntimeError as exc:
+        print(f"  dense fp8 refused: {str(exc).splitlines()[0][:100]}")
+    try:
+        compressed = torch._cslt_compress(w_t)
+        alg = torch._cslt_sparse_mm_search(compressed, x_t, out_dtype=torch.bfloat16)
+        alg_id = alg[0] if isinstance(alg, tuple) else alg
+        torch._cslt_sparse_mm(compressed, x_t, alg_id=alg_id, out_dtype=torch.bfloat16)
+        found["cuSPARSELt fp8"] = lambda: torch._cslt_sparse_mm(compressed, x_t, alg_id=alg_id,
+                                                                out_dtype=torch.bfloat16)
+    except (RuntimeError, TypeError) as exc:
+        print(f"  cuSPARSELt fp8 refused: {str(exc).splitlines()[0][:100]}")
+    return found
+
+
+def main():
+    items = [(c, "sm_90a") for c in CANDIDATES] + [(CompressorConfig("e4m3"), "sm_90a")]
+    print(warmup.compile_all(items, None, 16), flush=True)
+    rng = cupy.random.default_rng(0)
+    for m, n, k in SHAPES:
+        w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32))
+        wq, w_scale = quantize_e4m3(w, axis=None)
+        xq, x_scale = quantize_e4m3(rng.standard_normal((n, k), dtype=cupy.float32), axis=None)   # x.T: [K, N]
+        w_scale, x_scale = float(w_scale), float(x_scale)
+        values, metadata = sm90_compress.compress(wq, "e4m3", 128)
+        sw = SparseMatrix((m, k), dtypes.float8_e4m3, values, metadata, "sm90", 128)
+        ref = decode_e4m3(wq, w_scale) @ decode_e4m3(xq, x_scale).T
+        flops = 2.0 * m * n * k
+        print(f"\n{m}x{n}x{k}", flush=True)
+        for name, run in peers(wq, xq).items():
+            ms = reference.kernel_median_ms(run)
+            print(f"  {name:24s} {ms * 1e3:8.1f} us {flops / ms / 1e9:7.0f} TFLOP/s", flush=True)
+        problem = Problem.contiguous("sm90", m, n, k, element="e4m3", element_out="bf16", layout_b="col")
+        problem = dataclasses.replace(problem, epilogue=Epilogue(alpha=w_scale * x_scale))
+        d = cupy.empty((m, n), dtype=cupy.uint16)                                # bf16 bits
+        for config in CANDIDATES:
+            try:
+                plan = plans.make(problem, config)
+                d.fill(0)
+                plan.launch_direct(sw, xq.data.ptr, d.data.ptr)
+                got = (d.astype(cupy.uint32) << 16).view(cupy.float32)   # bf16 bits -> float32
+                err = float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
+                ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, xq.data.ptr, d.data.ptr))
+                tb = "x".join(map(str, config.threadblock))
+                print(f"  ours {tb:11} c{config.cluster[0]}x{config.cluster[1]} {config.schedule[:4]} "
+                      f"{ms * 1e3:8.1f} us {flops / ms / 1e9:7.0f} TFLOP/s  rel err {err:.1e} "
+                      f"{'ok' if err < 2e-2 else 'FAIL'}", flush=True)
+            except Exception as exc:   # noqa: BLE001 - a first check reports and goes on
+                print(f"  ours {config.name}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
