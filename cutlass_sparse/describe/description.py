@@ -48,6 +48,9 @@ SCHEDULES = {
     "cooperative": (KernelScheduleType.TmaWarpSpecializedCooperative, EpilogueScheduleType.TmaWarpSpecializedCooperative),
     "pingpong": (KernelScheduleType.TmaWarpSpecializedPingpong, EpilogueScheduleType.TmaWarpSpecialized),
 }
+# sm90 epilogue scales (issue 15): "none", or "row_col": D = act(alpha * s_row[m] *
+# s_col[n] * acc) with float32 vectors given at run time (either may be absent).
+SCALES = ("none", "row_col")
 # sm90 tile schedulers: "persistent" (data-parallel tiles) or "streamk" (CUTLASS's stream-K
 # scheduler, which also runs split-K: K slices reduced in a workspace; cooperative only).
 TILE_SCHEDULERS = ("persistent", "streamk")
@@ -79,6 +82,7 @@ class SparseGemmConfig:
     tile_scheduler: str = "persistent"   # sm90: one of TILE_SCHEDULERS
     activation: str = "identity"     # one of ACTIVATIONS
     layout_c: str = "row"            # C and D; "col" (M contiguous): sm90 only
+    scales: str = "none"             # one of SCALES (sm90 only)
 
     def __post_init__(self):
         checks = [
@@ -105,6 +109,9 @@ class SparseGemmConfig:
              f"schedule {self.schedule!r}: sm90 takes one of {sorted(SCHEDULES)}, sm80 none"),
             (self.activation in ACTIVATIONS, f"activation {self.activation!r} must be one of {sorted(ACTIVATIONS)}"),
             (self.tile_scheduler in TILE_SCHEDULERS, f"tile_scheduler {self.tile_scheduler!r} must be one of {TILE_SCHEDULERS}"),
+            (self.scales in SCALES, f"scales {self.scales!r} must be one of {SCALES}"),
+            (self.scales == "none" or (self.family == "sm90" and self.activation != "leaky_relu"),
+             "scales 'row_col': family sm90 only, and no leaky_relu (its slope has no place in the scaled epilogue)"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
              "tile_scheduler 'streamk' needs the sm90 'cooperative' schedule (CUTLASS's ping-pong kernel has no stream-K)"),
         ]
@@ -188,12 +195,17 @@ class SparseGemmConfig:
             name += f"_{self.tile_scheduler}"
         if self.activation != "identity":
             name += f"_{self.activation}"
+        if self.scales != "none":
+            name += "_scaled"
         return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
 
     @functools.cached_property
     def key(self) -> str:
         """Stable short hash of every field."""
-        blob = json.dumps(asdict(self), sort_keys=True)
+        fields = asdict(self)
+        if fields["scales"] == "none":   # keys made before the field existed stay valid
+            del fields["scales"]
+        blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def as_compiled(self) -> "SparseGemmConfig":

@@ -90,7 +90,7 @@ ${before_includes}
 #include <cutlass/util/packed_stride.hpp>
 
 ${after_includes}
-using namespace cute;
+using namespace cute;${fusion_decl}
 
 using ElementA = ${element};
 using ElementB = ${element};
@@ -186,7 +186,7 @@ extern "C" __global__ void ${name}_setup(${setup_name} const args) {
       {static_cast<ElementA const *>(args.a), SparseConfig::fill_layoutA(problem),
        static_cast<ElementB const *>(args.b), leading<typename GemmKernel::StrideB>(args.ldb),
        static_cast<typename CollectiveMainloop::ElementE const *>(args.e), SparseConfig::fill_layoutE(problem)},
-      {{args.alpha, args.beta},
+      {${thread_init},
        static_cast<ElementC const *>(args.c), leading<typename GemmKernel::StrideC>(args.ldc),
        static_cast<ElementC *>(args.d), leading<typename GemmKernel::StrideD>(args.ldd)},
       hw_info};
@@ -229,6 +229,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
     if config.family != "sm90":
         raise ValueError(f"the sm90 emitter cannot emit family {config.family!r}")
     kernel_schedule, epilogue_schedule = SCHEDULES[config.schedule]
+    setup = setup_layout(config)
     stages = ("cutlass::gemm::collective::StageCountAutoCarveout<"
               "static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
               if config.stages == 0 else f"cutlass::gemm::collective::StageCount<{config.stages}>")
@@ -245,14 +246,13 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "kernel_schedule": KernelScheduleTag[kernel_schedule],
         "epilogue_schedule": EpilogueScheduleTag[epilogue_schedule],
         **_scheduler_snippets(config),
-        "fusion": epilogue.fusion_3x(config.activation, DataTypeTag[config.tensor_c.element]),
-        "set_activation_arg": epilogue.set_activation_arg_3x(config.activation, "arguments", "args.activation_arg"),
-        "setup_struct": SETUP.cpp(),
-        "setup_name": SETUP.name,
+        **_epilogue_snippets(config, setup),
+        "setup_struct": setup.cpp(),
+        "setup_name": setup.name,
         "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element], config.atom_k),
         "before_includes": BEFORE_INCLUDES, "after_includes": AFTER_INCLUDES,
     })
-    return Emitted(source, {config.name: 8, f"{config.name}_setup": SETUP.dtype.itemsize},
+    return Emitted(source, {config.name: 8, f"{config.name}_setup": setup.dtype.itemsize},
                    ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(),
                    ("--device-int128",))
 
@@ -285,6 +285,32 @@ STREAMK_BARRIER_REGION = """\
     barrier_offset = (long long)(epilogue + reduction);
     barrier_bytes = (long long)barrier;
   }"""
+
+
+# Scaled kernels (issue 15: quantized weights) read two more pointers: float32 scales, one
+# per row of D (the weight's output features) and one per column (tokens); either may be
+# null (scale 1). Other kernels keep SETUP, so their sources and cached binaries stay.
+SETUP_SCALED = arguments.StructLayout("CutlassSparseSm90ScaledSetup", SETUP.fields + (
+    ("row_scales", "void const *", np.uint64),
+    ("column_scales", "void const *", np.uint64),
+))
+
+
+def setup_layout(config: SparseGemmConfig) -> arguments.StructLayout:
+    """The setup entry's argument struct for a kernel."""
+    return SETUP_SCALED if config.scales != "none" else SETUP
+
+
+def _epilogue_snippets(config: SparseGemmConfig, setup: arguments.StructLayout) -> dict:
+    element_d = DataTypeTag[config.tensor_c.element]
+    if config.scales == "none":
+        return {"fusion_decl": "", "fusion": epilogue.fusion_3x(config.activation, element_d),
+                "thread_init": "{args.alpha, args.beta}",
+                "set_activation_arg": epilogue.set_activation_arg_3x(config.activation, "arguments",
+                                                                     "args.activation_arg")}
+    return {"fusion_decl": "\n" + epilogue.scaled_fusion_3x(config.activation, element_d),
+            "fusion": epilogue.SCALED_FUSION, "thread_init": "{}",
+            "set_activation_arg": epilogue.set_scales_3x("arguments", "args")}
 
 
 def _scheduler_snippets(config: SparseGemmConfig) -> dict:
