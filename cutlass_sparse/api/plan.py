@@ -23,6 +23,16 @@ from .interop import is_torch, torch_dtype, torch_io, torch_stream
 from .matmul import matmul
 
 
+def _convert_metadata_now(sw, atom_k: int) -> None:
+    """A kernel of the other metadata atom converts sw's metadata once: here, at plan
+    time, waited for, rather than inside a first call a CUDA graph may be capturing."""
+    if not sw.holds_metadata_for(atom_k):
+        import cupy
+
+        sw.metadata_for(atom_k)
+        cupy.cuda.get_current_stream().synchronize()
+
+
 class Plan:
     """cs.matmul(sw, x, **options) made once, called per x (see the module docstring)."""
 
@@ -76,6 +86,7 @@ class Plan:
         if fam.family == "sm90":
             self.align_x = self.align_out = 16
             self.bound = None
+            _convert_metadata_now(sw, fam.atom_k)
         else:
             self.align_x = fam.alignment_b * x.dtype.itemsize
             self.align_out = fam.alignment_c * self.np_out.itemsize

@@ -113,6 +113,10 @@ class SparseMatrix:
             return self
         return SparseMatrix(self.shape, self.dtype, self.values.get(), self.metadata.get(), self.layout, self.atom_k)
 
+    def holds_metadata_for(self, atom_k: int) -> bool:
+        """Whether metadata_for(atom_k) is at hand (no conversion to run)."""
+        return atom_k == self.atom_k or self.layout == LAYOUT_SM80 or atom_k in self._other_atoms
+
     def metadata_for(self, atom_k: int, stream=None):
         """The metadata in the layout a kernel with this atom K reads (sm90): the stored
         one, or a conversion made once on `stream` (a CuPy stream, the kernel's) and kept
