@@ -62,6 +62,29 @@ def test_plan_in_a_cuda_graph(family, warm):
     assert_close(out, expect(w, x, activation="gelu"), "f16")
 
 
+def test_plan_of_a_k64_tile_captured_from_its_first_call():
+    # 2048^3 runs a tile of K 64, which reads metadata converted from the stored atom: the
+    # plan converts it when made, so a graph captured from the first call holds no
+    # conversion (and no allocation for it).
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    m, n, k = 2048, 2048, 2048
+    w, sw, x = random_operands(m, n, k, "f16", "row", seed=33, family="sm90")
+    p = cs.plan(sw, x)
+    assert p.direct and p.family_plan.atom_k == 64 and sw.atom_k == 128 and sw.holds_metadata_for(64)
+    out = cupy.zeros((m, n), dtype=cupy.float16)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        p(x, out=out)
+        graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+    assert_close(out, expect(w, x), "f16")
+
+
 def test_calls_from_several_threads():
     import cupy
 
