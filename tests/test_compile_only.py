@@ -48,3 +48,34 @@ def test_a_first_sm90_run_compiles_compressor_and_gemm_side_by_side(monkeypatch)
     calls.clear()
     run.compile_side_by_side(run.problem_of(args, "sm80", "sm_80"))   # sm80: seconds, nothing to overlap
     assert calls == []
+
+
+def test_a_scaled_plan_packs_its_scale_pointers():
+    # Issue 15 groundwork: a Problem with scales "row_col" plans the scaled kernel, whose
+    # setup block carries the (row, column) scale pointers after SETUP's fields; an
+    # unscaled kernel refuses scale pointers rather than dropping them.
+    import dataclasses
+
+    import numpy as np
+
+    from cutlass_sparse.describe.problem import Epilogue
+    from cutlass_sparse.emit.sm90 import SETUP, SETUP_SCALED
+
+    def stand_in(config, arch, cache=None):
+        return kernels.CompiledKernel(config, arch, "stand-in", b"", {"shared_bytes": 0, "threads": 128,
+                                                                     "params_bytes": 8})
+
+    base = Problem.contiguous("sm90", 4096, 512, 4096, element="e4m3", element_out="bf16", layout_b="col")
+    scaled = dataclasses.replace(base, epilogue=Epilogue(scales="row_col"))
+    plans.clear()
+    with mock.patch.object(kernels, "get", stand_in):
+        plan, plain = plans.make(scaled), plans.make(base)
+    plans.clear()
+    assert plan.config.scales == "row_col" and plan.config.element == "e4m3" and plain.config.scales == "none"
+    block = plan._setup_arguments((1, 2, 3, 4, 5), 6, scales=(0x1000, 0x2000))
+    fields = np.frombuffer(block.tobytes(), dtype=SETUP_SCALED.dtype)[0]
+    assert (int(fields["a"]), int(fields["d"]), int(fields["params_out"])) == (1, 5, 6)
+    assert (int(fields["row_scales"]), int(fields["column_scales"])) == (0x1000, 0x2000)
+    assert plain._setup_arguments((1, 2, 3, 4, 5), 6).nbytes == SETUP.dtype.itemsize
+    with pytest.raises(ValueError, match="takes no scales"):
+        plain._setup_arguments((1, 2, 3, 4, 5), 6, scales=(0x1000, 0))

@@ -41,6 +41,7 @@ class Epilogue:
     activation: str = "identity"
     leaky_slope: float = 0.01
     bias: str = "none"           # "none" | "rows" ([M] or [M, 1]) | "columns" ([1, N])
+    scales: str = "none"         # sm90: "row_col", float32 scales per row and per column at run time
 
     @property
     def reads_c(self) -> bool:

@@ -125,6 +125,9 @@ class SparseMatrix:
             return self.metadata
         converted = self._other_atoms.get(atom_k)
         if converted is None:
+            if np.dtype(self.dtype).itemsize != 2:   # sm90_layout knows the 16-bit atoms only
+                raise ValueError(f"an sm90 {self.dtype} matrix has metadata for tiles of K >= {self.atom_k} "
+                                 f"only; a kernel of tile K {atom_k} cannot read it")
             with stream if stream is not None else contextlib.nullcontext():
                 converted = self._other_atoms[atom_k] = sm90_layout.convert(
                     self.metadata, *self.shape, self.atom_k, atom_k)

@@ -26,7 +26,7 @@ from ..describe import catalog, dtypes, selection
 from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
-from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP
+from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP_SCALED, setup_layout
 from . import device, grid, modules, tma
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import copy_rows, stage
@@ -34,6 +34,7 @@ from .staging import copy_rows, stage
 # The setup block's leading pointers, in field order: a, e, b, c, d, params_out,
 # templates, recipes_out, info_out, workspace.
 _POINTERS = struct.Struct("<10Q")
+_SCALES = struct.Struct("<2Q")   # SETUP_SCALED's row_scales and column_scales
 # The tile scheduler's raster order: 0 lets CUTLASS choose (its heuristic), 1 along M,
 # 2 along N. A run-time argument of the setup entry.
 RASTER = 0
@@ -109,8 +110,8 @@ class Sm90Plan:
         else:
             self.config, self.scheduling, self.compiled, self.loaded = kernel
             kind = self.config
-            if (kind.element, kind.element_out, kind.layout_b, kind.layout_c, kind.activation) != (
-                    p.element, p.element_out, p.layout_b, layout_c, p.activation):
+            if (kind.element, kind.element_out, kind.layout_b, kind.layout_c, kind.activation, kind.scales) != (
+                    p.element, p.element_out, p.layout_b, layout_c, p.activation, p.epilogue.scales):
                 raise AssertionError(f"{kind.name} cannot run {p}: plans.range_key misses what tells them apart")
             self.swizzle = self.config.swizzle if config is not None or choice is not None else \
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
@@ -179,24 +180,25 @@ class Sm90Plan:
         copy_rows(out, y) if self.layout_c == "row" else copy_rows(out.T, y.T)
         return out
 
-    def ready(self, sw, pointers: tuple[int, int, int], workspace=None, stream=None) -> Ready:
-        """The built launch for sw and (b, c, d) pointers: kept, else built now (one setup launch)."""
+    def ready(self, sw, pointers: tuple[int, int, int], workspace=None, stream=None, scales=(0, 0)) -> Ready:
+        """The built launch for sw and (b, c, d) pointers: kept, else built now (one setup
+        launch). scales: (row, column) float32 scale pointers of a scaled kernel (0: none)."""
         key = (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers,
-               0 if workspace is None else workspace.data.ptr)
+               0 if workspace is None else workspace.data.ptr, *scales)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
         if ready is not None:
             return ready
-        ready = self._build(key[:5], workspace, stream)
+        ready = self._build(key[:5], workspace, stream, scales)
         with self._lock:
             self._readies[key] = ready
             while len(self._readies) > PARAMS_PER_PLAN:
                 self._readies.popitem(last=False)
         return ready
 
-    def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None) -> None:
+    def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=(0, 0)) -> None:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
         (a CuPy stream; default the current one)."""
-        self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream), stream)
+        self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream, scales), stream)
 
     def launch(self, ready: Ready, stream=None) -> None:
         """The GEMM on `stream` or the current stream (after zeroing its stream-K barriers, if any)."""
@@ -218,15 +220,21 @@ class Sm90Plan:
     def _setup_block(self) -> bytearray:
         """The setup entry's argument block without its pointers (filled per build)."""
         p, e, k = self.problem, self.problem.epilogue, self.kernel_problem
-        return SETUP.pack(ldb=k.x.ld, ldc=self.ldc, ldd=self.ldd, m=k.m, n=k.n, k=k.k, sm_count=p.sm_count,
+        return setup_layout(self.config).pack(ldb=k.x.ld, ldc=self.ldc, ldd=self.ldd, m=k.m, n=k.n, k=k.k, sm_count=p.sm_count,
                           swizzle=self.swizzle, raster=RASTER, splits=self.scheduling.splits,
                           decomposition=DECOMPOSITIONS[self.scheduling.decomposition],
                           alpha=e.alpha, beta=e.beta, activation_arg=e.leaky_slope)
 
-    def _setup_arguments(self, pointers, params, templates=0, recipes_out=0, info_out=0, workspace=0):
+    def _setup_arguments(self, pointers, params, templates=0, recipes_out=0, info_out=0, workspace=0,
+                         scales=(0, 0)):
         block = bytearray(self._block)
         _POINTERS.pack_into(block, 0, *pointers, params, templates, recipes_out, info_out, workspace)
-        return SETUP.as_argument(block)
+        layout = setup_layout(self.config)
+        if layout is SETUP_SCALED:
+            _SCALES.pack_into(block, layout.offsets["row_scales"], *scales)
+        elif any(scales):
+            raise ValueError(f"{self.config.name} takes no scales (its epilogue is not a scaled one)")
+        return layout.as_argument(block)
 
     def _prepared(self, pointers) -> Prepared:
         p = self.problem
@@ -282,7 +290,7 @@ class Sm90Plan:
         templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
         return Prepared(templates, reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])
 
-    def _build(self, pointers, workspace, stream=None) -> Ready:
+    def _build(self, pointers, workspace, stream=None, scales=(0, 0)) -> Ready:
         """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
         import cupy
 
@@ -301,7 +309,7 @@ class Sm90Plan:
             with stream:
                 params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
         block = self._setup_arguments(pointers, params.data.ptr, prepared.templates.data.ptr,
-                                      workspace=0 if workspace is None else workspace.data.ptr)
+                                      workspace=0 if workspace is None else workspace.data.ptr, scales=scales)
         setup = self._setup
         if setup is None:   # the loaded entry, looked up once per plan
             setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")

@@ -51,7 +51,7 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         check_config_fits(config, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         splits = p.split_k or 1
     # D's layout is the problem's (a caller's column-major out is written in place)
-    config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c)
+    config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c, scales=p.epilogue.scales)
     if splits > 1 and config.tile_scheduler != "streamk":
         raise ValueError(f"split_k={splits} needs an sm90 stream-K kernel; {config.name} is not one")
     if splits > cdiv(p.k, config.threadblock[2]):

@@ -34,6 +34,8 @@ def cand(tb, cluster, schedule):
 CANDIDATES = [cand((128, 256, 128), (2, 1, 1), "cooperative"), cand((128, 128, 128), (1, 2, 1), "cooperative"),
               cand((64, 128, 128), (1, 1, 1), "pingpong"), cand((64, 64, 128), (4, 1, 1), "pingpong"),
               cand((64, 32, 128), (4, 1, 1), "pingpong")]
+# Per-row weight scales and per-token activation scales in the epilogue (scales "row_col").
+SCALED = [dataclasses.replace(CANDIDATES[0], scales="row_col"), dataclasses.replace(CANDIDATES[4], scales="row_col")]
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 512, 4096), (4096, 128, 4096),
           (4096, 32, 4096), (14336, 16, 4096)]
 
@@ -66,7 +68,7 @@ def peers(wq, xq):
 
 
 def main():
-    items = [(c, "sm_90a") for c in CANDIDATES] + [(CompressorConfig("e4m3"), "sm_90a")]
+    items = [(c, "sm_90a") for c in CANDIDATES + SCALED] + [(CompressorConfig("e4m3"), "sm_90a")]
     print(warmup.compile_all(items, None, 16), flush=True)
     rng = cupy.random.default_rng(0)
     for m, n, k in SHAPES:
@@ -99,6 +101,38 @@ def main():
                       f"{'ok' if err < 2e-2 else 'FAIL'}", flush=True)
             except Exception as exc:   # noqa: BLE001 - a first check reports and goes on
                 print(f"  ours {config.name}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+        scaled_check(w, rng, m, n, k, sw_of(w), d)
+
+
+def sw_of(w):
+    """The weight quantized per row (its scales kept beside it) and compressed."""
+    wq, row_scales = quantize_e4m3(w, axis=1)
+    values, metadata = sm90_compress.compress(wq, "e4m3", 128)
+    return SparseMatrix((w.shape[0], w.shape[1]), dtypes.float8_e4m3, values, metadata, "sm90", 128), wq, row_scales
+
+
+def scaled_check(w, rng, m, n, k, quantized, d):
+    """Per-row weight scales and per-token activation scales applied by the epilogue."""
+    sw, wq, row_scales = quantized
+    xq, token_scales = quantize_e4m3(rng.standard_normal((n, k), dtype=cupy.float32) * 3, axis=1)
+    ref = decode_e4m3(wq, row_scales) @ decode_e4m3(xq, token_scales).T
+    rows, cols = cupy.ascontiguousarray(row_scales.ravel()), cupy.ascontiguousarray(token_scales.ravel())
+    problem = Problem.contiguous("sm90", m, n, k, element="e4m3", element_out="bf16", layout_b="col")
+    problem = dataclasses.replace(problem, epilogue=Epilogue(scales="row_col"))
+    for config in SCALED:
+        try:
+            plan = plans.make(problem, config)
+            d.fill(0)
+            plan.launch_direct(sw, xq.data.ptr, d.data.ptr, scales=(rows.data.ptr, cols.data.ptr))
+            got = (d.astype(cupy.uint32) << 16).view(cupy.float32)
+            err = float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
+            ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, xq.data.ptr, d.data.ptr,
+                                                                       scales=(rows.data.ptr, cols.data.ptr)))
+            tb = "x".join(map(str, config.threadblock))
+            print(f"  ours scaled {tb:11} {ms * 1e3:8.1f} us {2.0 * m * n * k / ms / 1e9:7.0f} TFLOP/s  "
+                  f"rel err {err:.1e} {'ok' if err < 2e-2 else 'FAIL'}", flush=True)
+        except Exception as exc:   # noqa: BLE001
+            print(f"  ours scaled {config.name}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
 
 
 if __name__ == "__main__":
