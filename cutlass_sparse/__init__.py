@@ -19,6 +19,7 @@ finally:
     _sys.argv = _argv
 
 from .api.compress import compress, prune_2to4  # noqa: E402
+from .api.fp8 import linear_fp8, quantize_activations_fp8, quantize_fp8  # noqa: E402
 from .api.matmul import linear, matmul, tune, workspace_size  # noqa: E402
 from .api.plan import Plan, plan  # noqa: E402
 from .build.compiler import CompileError  # noqa: E402
@@ -38,4 +39,5 @@ def emit_source(config: SparseGemmConfig | str) -> str:
 
 
 __all__ = ["CompileError", "SparseBatch", "SparseGemmConfig", "SparseMatrix", "bfloat16", "compress", "emit_source",
-           "Plan", "linear", "matmul", "plan", "prune_2to4", "tune", "workspace_size", "__version__"]
+           "Plan", "linear", "linear_fp8", "matmul", "plan", "prune_2to4", "quantize_activations_fp8", "quantize_fp8",
+           "tune", "workspace_size", "__version__"]

@@ -189,11 +189,29 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
         for m, n, k in ((128, 64, 128), (4096, 4096, 4096), (8192, 8192, 8192), (14336, 16, 4096), (4096, 128, 4096)):
             (sm80_items if family == "sm80" else sm90_items).append(
                 selection_config(m, n, k, "f16", family, sm_count))
+    sm90_items.append(CompressorConfig("e4m3"))   # tests/test_gpu_fp8.py
     swept = planned_configs([any_shape_cases.problem_of(case, sm_count)
                              for family in ("sm80", "sm90") for case in any_shape_cases.cases(family)]
-                            + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count))
+                            + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count)
+                            + fp8_problems(sm_count))
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
+
+
+def fp8_problems(sm_count: int = 132):
+    """What cs.linear_fp8 plans in tests/test_gpu_fp8.py."""
+    import dataclasses
+
+    from cutlass_sparse.describe.problem import Epilogue, Problem
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_gpu_fp8 import CASES, TOLERANCE
+
+    cases = [(shape, out, "identity") for shape in CASES for out in TOLERANCE] + [((512, 64, 512), "bf16", "silu")]
+    return [dataclasses.replace(
+        Problem.contiguous("sm90", m, n, k, element="e4m3", element_out=out, layout_b="col", out_layout="col",
+                           sm_count=sm_count),
+        epilogue=Epilogue(activation=activation, scales="row_col")) for (m, n, k), out, activation in cases]
 
 
 def selection_config(m, n, k, dtype, family, sm_count):

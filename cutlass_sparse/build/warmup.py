@@ -41,7 +41,7 @@ def catalog_items(archs, widest_only: bool = True) -> list[tuple[object, str]]:
         arch = kernels.normalize_arch(arch)
         if arch == "sm_90a":
             items += [(CompressorConfig(e), arch) for e in dtypes.INPUT_NAMES]
-            items += [(c, arch) for c in catalog.load("sm90").enumerate(widest_only)]
+            items += [(c, arch) for name in catalog.CATALOGS["sm90"] for c in catalog.load(name).enumerate(widest_only)]
         else:
             items += [(c, arch) for name in catalog.CATALOGS["sm80"] for c in catalog.load(name).enumerate(widest_only)]
     return items

@@ -11,13 +11,15 @@ from . import dtypes
 from .description import SparseGemmConfig
 
 # Catalog files per family; a family's int8 and tf32 kernels have their own tiles.
-CATALOGS = {"sm80": ("sm80", "sm80_s8", "sm80_tf32"), "sm90": ("sm90",)}
+CATALOGS = {"sm80": ("sm80", "sm80_s8", "sm80_tf32"), "sm90": ("sm90", "sm90_fp8")}
 
 
 def for_element(family: str, element: str) -> str:
     """The catalog file that holds a family's kernels for an input element type."""
     if family == "sm80" and element in ("s8", "tf32"):
         return f"sm80_{element}"
+    if family == "sm90" and element == "e4m3":
+        return "sm90_fp8"
     return family
 
 

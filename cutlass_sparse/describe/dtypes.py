@@ -50,6 +50,15 @@ def from_float32(array, dtype):
     return array.astype(dtype)
 
 
+def to_float32(array):
+    """Exact float32 copy of an f16/bf16/f32 numpy or cupy array (bf16 via its bit pattern)."""
+    xp = array_module(array)
+    if name_of(array.dtype) == "bf16":
+        bits = xp.ascontiguousarray(array).view(xp.uint16)
+        return (bits.astype(xp.uint32) << 16).view(xp.float32)
+    return array.astype(xp.float32)
+
+
 def name_of(dtype) -> str | None:
     """'f16' / 'bf16' / 'f32' for a dtype-like, or None for anything else."""
     try:

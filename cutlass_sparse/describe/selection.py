@@ -81,7 +81,7 @@ def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = Non
 def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, element: str,
                  element_out: str | None):
     options = []
-    family = catalog.load("sm90")
+    family = catalog.load(catalog.for_element("sm90", element))
     for tile in family.tiles:
         if not family.allows(tile, element, element_out or element):
             continue

@@ -71,6 +71,7 @@ class SparseMatrix:
     metadata: object                # sm80: words [K_pad/(2*16 or 2*32), 2*M_pad] (ColumnMajorInterleaved<2>)
     layout: str = LAYOUT_SM80       # which kernel family's metadata layout this is
     atom_k: int = 128               # sm90: the metadata's layout atom (sm90_layout)
+    scales: object = None           # fp8 (cs.quantize_fp8): float32 [M], one dequantization scale per row
     # sm90: the metadata in other atoms, converted on first use by a kernel that reads them
     _other_atoms: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -104,14 +105,15 @@ class SparseMatrix:
         if self.is_device:
             return self
         cupy = _cupy_with_gpu("SparseMatrix.to_device()")
-        return SparseMatrix(self.shape, self.dtype, cupy.asarray(self.values),
-                            cupy.asarray(self.metadata), self.layout, self.atom_k)
+        return SparseMatrix(self.shape, self.dtype, cupy.asarray(self.values), cupy.asarray(self.metadata),
+                            self.layout, self.atom_k, None if self.scales is None else cupy.asarray(self.scales))
 
     def to_host(self) -> "SparseMatrix":
         """This matrix as NumPy arrays (itself if it is there already)."""
         if not self.is_device:
             return self
-        return SparseMatrix(self.shape, self.dtype, self.values.get(), self.metadata.get(), self.layout, self.atom_k)
+        return SparseMatrix(self.shape, self.dtype, self.values.get(), self.metadata.get(), self.layout, self.atom_k,
+                            None if self.scales is None else self.scales.get())
 
     def holds_metadata_for(self, atom_k: int) -> bool:
         """Whether metadata_for(atom_k) is at hand (no conversion to run)."""

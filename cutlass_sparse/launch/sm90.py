@@ -115,7 +115,7 @@ class Sm90Plan:
                 raise AssertionError(f"{kind.name} cannot run {p}: plans.range_key misses what tells them apart")
             self.swizzle = self.config.swizzle if config is not None or choice is not None else \
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
-                                       catalog.load(FAMILY).swizzle)
+                                       catalog.load(catalog.for_element(FAMILY, p.element)).swizzle)
         self.atom_k = self.config.atom_k   # which metadata layout the kernel reads
         self.ldd = out.ld
         self.ldc = c.ld if p.epilogue.reads_c else self.ldd

@@ -39,12 +39,12 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     layout_c = "row" if p.out is None else p.out.layout
     if config is None and choice is not None:
         splits = p.split_k or 1
-        config = catalog.load(FAMILY).config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
+        config = catalog.load(catalog.for_element(FAMILY, p.element)).config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
             config = dataclasses.replace(config, swizzle=choice.swizzle)
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
-        config = catalog.load(FAMILY).config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
+        config = catalog.load(catalog.for_element(FAMILY, p.element)).config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], p.m, p.n, p.sm_count,
                                                                             config.swizzle))
     else:

@@ -1,0 +1,41 @@
+"""The fp8 calls without a GPU: what cs.linear_fp8 plans (the scaled e4m3 kernel of the
+fp8 catalog, D column-major, launched in place for aligned shapes at any token count),
+and its input checks that need no device."""
+import dataclasses
+from unittest import mock
+
+import numpy as np
+import pytest
+
+import cutlass_sparse as cs
+from cutlass_sparse.build import kernels
+from cutlass_sparse.describe.problem import Epilogue, Problem
+from cutlass_sparse.plan import plans
+
+
+def stand_in(config, arch, cache=None):
+    return kernels.CompiledKernel(config, arch, "stand-in", b"", {"shared_bytes": 0, "threads": 128,
+                                                                 "params_bytes": 8})
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 16, 512, 4096])
+def test_linear_fp8_plans_the_scaled_kernel_in_place(tokens):
+    problem = Problem.contiguous("sm90", 4096, tokens, 4096, element="e4m3", element_out="bf16", layout_b="col",
+                                 out_layout="col")
+    problem = dataclasses.replace(problem, epilogue=Epilogue(activation="silu", scales="row_col"))
+    plans.clear()
+    with mock.patch.object(kernels, "get", stand_in):
+        plan = plans.make(problem)
+    plans.clear()
+    c = plan.config
+    assert (c.element, c.element_out, c.scales, c.activation, c.layout_b, c.layout_c) == (
+        "e4m3", "bf16", "row_col", "silu", "col", "col")
+    assert c.threadblock[2] >= 128 and c.atom_k == 128 and c.name.endswith("_silu_scaled")
+    assert plan.direct and not plan.stage_x and not plan.stage_out
+
+
+def test_linear_fp8_refuses_a_weight_that_is_not_fp8():
+    sw = cs.SparseMatrix((16, 32), np.dtype(np.float16), np.zeros((16, 16), np.float16), np.zeros(64, np.uint8),
+                         "sm90")
+    with pytest.raises(TypeError, match="fp8 SparseMatrix from cs.quantize_fp8"):
+        cs.linear_fp8(None, None, sw)

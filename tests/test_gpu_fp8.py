@@ -1,0 +1,95 @@
+"""fp8 (e4m3) 2:4 weights on an sm_90 GPU (issue 15): cs.quantize_fp8, quantize
+activations, cs.linear_fp8 with per-feature and per-token scales in the epilogue,
+against the dequantized operands' product in float32. Marked gpu.
+
+Tolerance: the operands are exact after dequantization and accumulate in float32, so the
+error is the output's rounding: bf16 keeps 8 significant bits (relative 2^-9 per element
+after round to nearest), f16 11; a norm-wise relative error of 1e-2 (bf16) and 2e-3
+(f16, f32) leaves room for the accumulation order."""
+import pytest
+
+import cutlass_sparse as cs
+
+pytestmark = pytest.mark.gpu
+# (features, tokens, K): a prefill block, a decode step (odd token count), a small layer
+CASES = [(512, 256, 1024), (4096, 7, 4096), (256, 16, 256)]
+TOLERANCE = {"bf16": 1e-2, "f16": 2e-3, "f32": 2e-3}
+
+
+@pytest.fixture(autouse=True)
+def needs_sm90():
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("fp8 2:4 kernels need a compute capability 9.0 GPU")
+
+
+def dequantized_reference(sw, xq, x_scales, w_bytes):
+    from cutlass_sparse.formats.quantize import decode_e4m3
+
+    return decode_e4m3(xq, x_scales[:, None]) @ decode_e4m3(w_bytes, sw.scales[:, None]).T
+
+
+def weight(m, k, seed):
+    import cupy
+
+    rng = cupy.random.default_rng(seed)
+    return cs.prune_2to4((rng.standard_normal((m, k), dtype=cupy.float32) * 0.05).astype(cupy.float16))
+
+
+@pytest.mark.parametrize("out_dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("shape", CASES, ids=lambda s: "x".join(map(str, s)))
+def test_linear_fp8_matches_the_dequantized_product(shape, out_dtype):
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import quantize_e4m3
+
+    m, n, k = shape
+    w = weight(m, k, seed=m + n)
+    sw = cs.quantize_fp8(w)
+    w_bytes, w_scales = quantize_e4m3(reference.to_float32(w), axis=1)   # what sw holds, for the reference
+    assert bool((cupy.asarray(w_scales).ravel() == sw.scales).all())
+    x = cupy.random.default_rng(n).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
+    xq, x_scales = cs.quantize_activations_fp8(x)
+    y = cs.linear_fp8(xq, x_scales, sw, out_dtype=out_dtype)
+    assert y.shape == (n, m)
+    ref = dequantized_reference(sw, xq, x_scales, w_bytes)
+    assert reference.relative_error(y, ref) <= TOLERANCE[out_dtype]
+    # and near the unquantized product (e4m3 keeps 3 mantissa bits)
+    assert reference.relative_error(ref, reference.to_float32(x) @ reference.to_float32(w).T) < 0.1
+
+
+def test_linear_fp8_activation_and_torch_in_torch_out():
+    torch = pytest.importorskip("torch")
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import decode_e4m3, quantize_e4m3
+
+    m, n, k = 512, 64, 512
+    w = cs.prune_2to4(torch.randn(m, k, device="cuda", dtype=torch.float16) * 0.05)
+    sw = cs.quantize_fp8(w)
+    x = torch.randn(n, k, device="cuda", dtype=torch.float16)
+    xq, x_scales = cs.quantize_activations_fp8(x)
+    assert xq.dtype == torch.float8_e4m3fn and x_scales.dtype == torch.float32 and x_scales.shape == (n,)
+    y = cs.linear_fp8(xq, x_scales, sw, activation="silu")
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and y.shape == (n, m)
+    w_bytes, w_scales = quantize_e4m3(cupy.from_dlpack(w.float()), axis=1)
+    x_deq = decode_e4m3(cupy.from_dlpack(xq.view(torch.uint8)), cupy.from_dlpack(x_scales)[:, None])
+    product = x_deq @ decode_e4m3(w_bytes, w_scales).T
+    ref = product / (1 + cupy.exp(-product))   # silu
+    assert reference.relative_error(cupy.from_dlpack(y.float()), ref) <= TOLERANCE["bf16"]
+
+
+def test_fp8_inputs_are_checked():
+    import cupy
+
+    sw = cs.quantize_fp8(weight(128, 64, seed=1))
+    xq, x_scales = cs.quantize_activations_fp8(cupy.ones((8, 64), dtype=cupy.float16))
+    with pytest.raises(ValueError, match="x_scales must be a contiguous float32"):
+        cs.linear_fp8(xq, x_scales[:4], sw)
+    with pytest.raises(ValueError, match=r"xq must be a contiguous \[tokens, 64\]"):
+        cs.linear_fp8(xq[:, :32], x_scales, sw)
+    with pytest.raises(ValueError, match="not 2:4 sparse"):
+        cs.quantize_fp8(cupy.ones((16, 64), dtype=cupy.float16))
