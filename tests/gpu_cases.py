@@ -164,7 +164,8 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     import importlib.util
 
     from cutlass_sparse.describe.problem import Problem
-    from cutlass_sparse.profiler import records, tune
+    from cutlass_sparse.plan import records
+    from cutlass_sparse.profiler import tune
     from cutlass_sparse.describe.description import CompressorConfig
 
     def script(name):

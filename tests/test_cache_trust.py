@@ -134,7 +134,7 @@ def test_symbolic_links_are_judged_by_where_they_lead(tmp_path, monkeypatch):
 
 
 def test_profiler_records_are_guarded_by_the_same_check(tmp_path, monkeypatch):
-    from cutlass_sparse.profiler import records
+    from cutlass_sparse.plan import records
 
     db = filled(private(tmp_path / "c") / "c.db")
     monkeypatch.setenv("CUTLASS_SPARSE_CACHE", str(db))

@@ -124,7 +124,7 @@ def test_a_tile_limited_to_some_outputs_is_refused_clearly_and_never_chosen(monk
     import dataclasses
 
     from cutlass_sparse.describe import catalog
-    from cutlass_sparse.profiler import records as profiler
+    from cutlass_sparse.plan import records as profiler
 
     fam = catalog.load("sm90")
     wide = fam.tiles[0]

@@ -12,7 +12,7 @@ import cutlass_sparse as cs
 from cutlass_sparse.build import cache
 from cutlass_sparse import env
 from cutlass_sparse.describe import selection
-from cutlass_sparse.profiler import records as profiler
+from cutlass_sparse.plan import records as profiler
 from cutlass_sparse.profiler.tune import format_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

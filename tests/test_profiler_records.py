@@ -9,7 +9,7 @@ import pytest
 
 from cutlass_sparse.describe import catalog, selection
 
-from cutlass_sparse.profiler import records as profiler
+from cutlass_sparse.plan import records as profiler
 from cutlass_sparse.profiler.tune import Row, format_table
 from cutlass_sparse.build.cache import KernelCache
 

@@ -21,7 +21,7 @@ from ..describe import dtypes, selection
 from ..describe.problem import Operand
 from ..formats.matrices import SparseMatrix
 from ..plan import plans
-from ..profiler import records
+from ..plan import records
 from . import interop, operands
 
 MAX_ENTRIES = 1024

@@ -26,8 +26,7 @@ from ..describe.problem import Problem
 from ..launch import sm80
 from ..launch.sm80 import Sm80Plan
 from ..launch.sm90 import Sm90Plan
-from ..profiler import records
-from . import present
+from . import present, records
 
 MAX_PLANS = 512
 

@@ -1,5 +1,5 @@
 """The profiler's timing loop: time the catalog's candidates for a problem on the GPU,
-check each against the dense answer, and record the winner (profiler.records).
+check each against the dense answer, and record the winner (plan.records).
 
 Profiling never starts unless asked (cs.tune, matmul(autotune=True) on a miss,
 force_profile=True, the CLI's --profile, warm-up's --tune); a recorded winner is used by
@@ -21,7 +21,7 @@ from ..describe import dtypes, selection
 from ..describe.description import ReductionConfig
 from ..describe.problem import Epilogue, Operand, Problem, Split
 from ..plan import plans
-from .records import Choice, Signature, candidates, put_record, record_of
+from ..plan.records import Choice, Signature, candidates, put_record, record_of
 
 # s8: float32 reference rounding only; tf32: 10-bit mantissas
 TOLERANCE = {"f16": 2e-2, "bf16": 5e-2, "s8": 1e-5, "tf32": 1e-2}

@@ -1,7 +1,7 @@
 """The profiler's records: what a problem signature is, what a candidate is, and the
 recorded winners in compiled_cache.db. Low enough in the package for planning to read
 (plan.plans asks for a recorded winner on a plan-cache miss); the timing loop that
-writes records is profiler.tune, above planning.
+writes records is profiler.tune, above planning; they live here, beside the plans that read them.
 
 A signature is what decides the best kernel: family, M, N and K (M and K rounded up to
 a power of two, N exact up to 256), dtypes, B's layout, the activation, the device's
