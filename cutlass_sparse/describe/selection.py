@@ -132,12 +132,13 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
 
     Needs no GPU: the CLI's compile-only mode and cache warm-up use it.
     """
-    if family == "sm80":
-        family = catalog.for_element("sm80", element)
+    is_sm90 = family == "sm90"
+    family = catalog.for_element(family, element)
     fam = catalog.load(family)
-    if family == "sm90":   # TMA: fixed 16-byte vectors (matmul refuses operands that break them)
+    if is_sm90:   # TMA: whole 16-byte vectors (the library stages operands that break them)
         tile, _ = choose_sm90(m, n, k, sm_count, None, element, element_out)
-        config = fam.config(tile, element, element_out, layout_b, 8, 16 // dtypes.numpy_dtype(element_out).itemsize)
+        config = fam.config(tile, element, element_out, layout_b, 16 // dtypes.numpy_dtype(element).itemsize,
+                            16 // dtypes.numpy_dtype(element_out).itemsize)
         return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle))
     if n == 1 or element == "s8":
         layout_b = "col"   # a single column reads as column-major; int8 B must be K-major
