@@ -98,13 +98,16 @@ def quantize_activations_fp8(x):
     return quantized, scales.ravel()
 
 
-def linear_fp8(xq, x_scales, sw: SparseMatrix, *, activation: str = "identity", out_dtype: str = "bf16"):
+def linear_fp8(xq, x_scales, sw: SparseMatrix, *, activation: str = "identity", out_dtype: str = "bf16", out=None,
+               info: dict | None = None):
     """activation(dequant(xq) @ dequant(sw).T): [tokens, features] of out_dtype, one launch.
 
     xq: e4m3 bytes [tokens, K], row-major (cs.quantize_activations_fp8); x_scales: float32
     [tokens]; sw: from cs.quantize_fp8. The kernel computes D = act(s_w[f] * s_x[t] * acc)
     as [features, tokens] column-major, which is the [tokens, features] result in place.
-    Runs on torch's current stream for torch input (torch out), else CuPy's."""
+    out: a contiguous [tokens, features] array of out_dtype to write (else one is made).
+    Runs on torch's current stream for torch input (torch out), else CuPy's. `info`, if a
+    dict, receives the kernel's name."""
     import cupy
 
     _warn_unverified()
@@ -132,14 +135,24 @@ def linear_fp8(xq, x_scales, sw: SparseMatrix, *, activation: str = "identity", 
     if not plan.direct:
         raise ValueError(f"linear_fp8 runs in place only for now: K ({k}) a multiple of 16 and features ({m}) "
                          f"a multiple of {16 // dtypes.numpy_dtype(out_dtype).itemsize}")
-    if torch_in:
+    if info is not None:
+        info["config"] = plan.config.name
+    if out is not None:
+        y, d = out, (to_array(out) if is_torch(out) else operands.as_device_array(out, "out"))
+        item = dtypes.numpy_dtype(out_dtype).itemsize
+        if d.shape != (n, m) or d.dtype != dtypes.numpy_dtype(out_dtype) or d.strides != (m * item, item):
+            raise ValueError(f"out must be a contiguous [{n}, {m}] {out_dtype} array, got {d.dtype} "
+                             f"{tuple(d.shape)} with strides {d.strides}")
+        d_ptr = d.data.ptr
+    elif torch_in:
         import torch
 
         y = torch.empty((n, m), dtype={"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[out_dtype],
                         device=xq.device)
-        d_ptr, stream = y.data_ptr(), torch_stream(device_id)
+        d_ptr = y.data_ptr()
     else:
         y = cupy.empty((n, m), dtype=dtypes.numpy_dtype(out_dtype))
-        d_ptr, stream = y.data.ptr, None
+        d_ptr = y.data.ptr
+    stream = torch_stream(device_id) if torch_in else None
     plan.launch_direct(sw, x.data.ptr, d_ptr, stream, scales=(sw.scales.data.ptr, scales.data.ptr))
     return y

@@ -17,6 +17,7 @@ import cupy  # noqa: E402
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse import reference  # noqa: E402
 from cutlass_sparse.build import warmup  # noqa: E402
+from cutlass_sparse.cli import bench_fp8  # noqa: E402
 from cutlass_sparse.describe import dtypes  # noqa: E402
 from cutlass_sparse.describe.description import CompressorConfig, SparseGemmConfig  # noqa: E402
 from cutlass_sparse.describe.problem import Epilogue, Problem  # noqa: E402
@@ -40,33 +41,6 @@ SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 51
           (4096, 32, 4096), (14336, 16, 4096)]
 
 
-def peers(wq, xq):
-    """Kernel-only callables for dense fp8 and cuSPARSELt fp8 (None where torch refuses)."""
-    try:
-        import torch
-    except ImportError:
-        return {}
-    w_t = torch.from_dlpack(wq).view(torch.float8_e4m3fn)                    # [M, K] row-major
-    x_t = torch.from_dlpack(xq).view(torch.float8_e4m3fn).t()                # [K, N] column-major
-    one = torch.ones((), device="cuda", dtype=torch.float32)
-    found = {}
-    try:
-        torch._scaled_mm(w_t, x_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-        found["dense fp8"] = lambda: torch._scaled_mm(w_t, x_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    except RuntimeError as exc:
-        print(f"  dense fp8 refused: {str(exc).splitlines()[0][:100]}")
-    try:
-        compressed = torch._cslt_compress(w_t)
-        alg = torch._cslt_sparse_mm_search(compressed, x_t, out_dtype=torch.bfloat16)
-        alg_id = alg[0] if isinstance(alg, tuple) else alg
-        torch._cslt_sparse_mm(compressed, x_t, alg_id=alg_id, out_dtype=torch.bfloat16)
-        found["cuSPARSELt fp8"] = lambda: torch._cslt_sparse_mm(compressed, x_t, alg_id=alg_id,
-                                                                out_dtype=torch.bfloat16)
-    except (RuntimeError, TypeError) as exc:
-        print(f"  cuSPARSELt fp8 refused: {str(exc).splitlines()[0][:100]}")
-    return found
-
-
 def main():
     items = [(c, "sm_90a") for c in CANDIDATES + SCALED] + [(CompressorConfig("e4m3"), "sm_90a")]
     print(warmup.compile_all(items, None, 16), flush=True)
@@ -81,7 +55,7 @@ def main():
         ref = decode_e4m3(wq, w_scale) @ decode_e4m3(xq, x_scale).T
         flops = 2.0 * m * n * k
         print(f"\n{m}x{n}x{k}", flush=True)
-        for name, run in peers(wq, xq).items():
+        for name, run in bench_fp8.peers(wq, xq).items():
             ms = reference.kernel_median_ms(run)
             print(f"  {name:24s} {ms * 1e3:8.1f} us {flops / ms / 1e9:7.0f} TFLOP/s", flush=True)
         problem = Problem.contiguous("sm90", m, n, k, element="e4m3", element_out="bf16", layout_b="col")
