@@ -153,8 +153,9 @@ class Sm90Plan:
                     swizzle=self.swizzle,
                     workspace_bytes=0 if ready is None or ready.workspace is None else ready.workspace.nbytes)
 
-    def run(self, sw, x, out, c, workspace):
-        """Launch on the current stream; returns D as [M, N] (`out` when given)."""
+    def run(self, sw, x, out, c, workspace, scales=(0, 0)):
+        """Launch on the current stream; returns D as [M, N] (`out` when given). scales:
+        a scaled kernel's (row, column) scale pointers."""
         import cupy
 
         p, k = self.problem, self.kernel_problem
@@ -170,7 +171,7 @@ class Sm90Plan:
             c = d
         elif self.stage_c:
             c = stage(c, self.ldc, self.layout_c, self.n_k)
-        self.launch(self.ready(sw, (x.data.ptr, c.data.ptr, d.data.ptr), workspace))
+        self.launch(self.ready(sw, (x.data.ptr, c.data.ptr, d.data.ptr), workspace, None, scales))
         if d is out:
             return out
         y = d[:p.m, :p.n]
@@ -220,17 +221,18 @@ class Sm90Plan:
     def _setup_block(self) -> bytearray:
         """The setup entry's argument block without its pointers (filled per build)."""
         p, e, k = self.problem, self.problem.epilogue, self.kernel_problem
-        return setup_layout(self.config).pack(ldb=k.x.ld, ldc=self.ldc, ldd=self.ldd, m=k.m, n=k.n, k=k.k, sm_count=p.sm_count,
-                          swizzle=self.swizzle, raster=RASTER, splits=self.scheduling.splits,
-                          decomposition=DECOMPOSITIONS[self.scheduling.decomposition],
-                          alpha=e.alpha, beta=e.beta, activation_arg=e.leaky_slope)
+        return setup_layout(self.config).pack(
+            ldb=k.x.ld, ldc=self.ldc, ldd=self.ldd, m=k.m, n=k.n, k=k.k, sm_count=p.sm_count,
+            swizzle=self.swizzle, raster=RASTER, splits=self.scheduling.splits,
+            decomposition=DECOMPOSITIONS[self.scheduling.decomposition],
+            alpha=e.alpha, beta=e.beta, activation_arg=e.leaky_slope)
 
     def _setup_arguments(self, pointers, params, templates=0, recipes_out=0, info_out=0, workspace=0,
                          scales=(0, 0)):
         block = bytearray(self._block)
         _POINTERS.pack_into(block, 0, *pointers, params, templates, recipes_out, info_out, workspace)
         layout = setup_layout(self.config)
-        if layout is SETUP_SCALED:
+        if layout is SETUP_SCALED:   # a null scale reads as 1
             _SCALES.pack_into(block, layout.offsets["row_scales"], *scales)
         elif any(scales):
             raise ValueError(f"{self.config.name} takes no scales (its epilogue is not a scaled one)")
