@@ -73,14 +73,10 @@ def test_e4m3_compressor_compiles_and_8_bit_x_must_be_k_major(shared_cache_path)
     # operands K-major only: a row-major x is refused at the configuration.
     import dataclasses
 
-    from cutlass_sparse.describe.description import SparseGemmConfig
-
     compiled = kernels.get(CompressorConfig("e4m3"), "sm_90a", KernelCache(shared_cache_path))
     assert compiled.constants["a_sparsity"] == 2 and compiled.constants["e_sparsity"] == 8
-    config = SparseGemmConfig(family="sm90", element="e4m3", element_out="bf16", layout_b="col",
-                              threadblock=(128, 256, 128), warps=(4, 1, 1), stages=0, instruction=(64, 128, 64),
-                              alignment_a=16, alignment_b=16, alignment_c=8, swizzle=1, min_compute=90,
-                              cluster=(2, 1, 1), schedule="cooperative")
+    fp8 = catalog.load("sm90_fp8")
+    config = fp8.config(fp8.tiles[0], "e4m3", "bf16", "col", 16, 8)   # 128x256x128, 2x1 cluster
     assert "cutlass::float_e4m3_t" in emit(config).source and config.atom_k == 128
     with pytest.raises(ValueError, match="K-major only"):
         dataclasses.replace(config, layout_b="row")
@@ -91,13 +87,11 @@ def test_scaled_fp8_gemm_compiles_with_its_own_setup_struct(shared_cache_path):
     # quantized weights. Its setup entry takes two more pointers; other kernels keep theirs.
     import dataclasses
 
-    from cutlass_sparse.describe.description import SparseGemmConfig
     from cutlass_sparse.emit.sm90 import SETUP_SCALED, setup_layout
 
-    config = SparseGemmConfig(family="sm90", element="e4m3", element_out="bf16", layout_b="col",
-                              threadblock=(128, 256, 128), warps=(4, 1, 1), stages=0, instruction=(64, 128, 64),
-                              alignment_a=16, alignment_b=16, alignment_c=8, swizzle=1, min_compute=90,
-                              cluster=(2, 1, 1), schedule="cooperative", scales="row_col", activation="silu")
+    fp8 = catalog.load("sm90_fp8")
+    config = dataclasses.replace(fp8.config(fp8.tiles[0], "e4m3", "bf16", "col", 16, 8), scales="row_col",
+                                 activation="silu")
     assert config.name.endswith("_silu_scaled") and setup_layout(config) is SETUP_SCALED
     assert setup_layout(dataclasses.replace(config, scales="none")) is SETUP
     assert SETUP_SCALED.offsets["row_scales"] == SETUP.dtype.itemsize   # SETUP's fields, then the scales

@@ -19,7 +19,8 @@ from cutlass_sparse import reference  # noqa: E402
 from cutlass_sparse.build import warmup  # noqa: E402
 from cutlass_sparse.cli import bench_fp8  # noqa: E402
 from cutlass_sparse.describe import dtypes  # noqa: E402
-from cutlass_sparse.describe.description import CompressorConfig, SparseGemmConfig  # noqa: E402
+from cutlass_sparse.describe import catalog  # noqa: E402
+from cutlass_sparse.describe.description import CompressorConfig  # noqa: E402
 from cutlass_sparse.describe.problem import Epilogue, Problem  # noqa: E402
 from cutlass_sparse.formats.matrices import SparseMatrix  # noqa: E402
 from cutlass_sparse.formats.quantize import decode_e4m3, quantize_e4m3  # noqa: E402
@@ -27,9 +28,9 @@ from cutlass_sparse.launch import sm90_compress  # noqa: E402
 from cutlass_sparse.plan import plans  # noqa: E402
 
 def cand(tb, cluster, schedule):
-    return SparseGemmConfig(family="sm90", element="e4m3", element_out="bf16", layout_b="col", threadblock=tb,
-                            warps=(4, 1, 1), stages=0, instruction=(64, 128, 64), alignment_a=16, alignment_b=16,
-                            alignment_c=8, swizzle=1, min_compute=90, cluster=cluster, schedule=schedule)
+    """A candidate tile of the fp8 catalog's kind (e4m3 in, bf16 out, x K-major)."""
+    return catalog.load("sm90_fp8").config((tb, (4, 1, 1), 0, cluster, schedule, "persistent"), "e4m3", "bf16",
+                                           "col", 16, 8)
 
 
 CANDIDATES = [cand((128, 256, 128), (2, 1, 1), "cooperative"), cand((128, 128, 128), (1, 2, 1), "cooperative"),

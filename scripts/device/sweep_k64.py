@@ -16,16 +16,15 @@ import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse import reference  # noqa: E402
 from cutlass_sparse.build import warmup  # noqa: E402
 from cutlass_sparse.cli.bench import cusparselt  # noqa: E402
-from cutlass_sparse.describe.description import CompressorConfig, SparseGemmConfig  # noqa: E402
+from cutlass_sparse.describe import catalog  # noqa: E402
+from cutlass_sparse.describe.description import CompressorConfig  # noqa: E402
 from cutlass_sparse.formats import sm90_layout  # noqa: E402
 from cutlass_sparse.launch import sm90_compress  # noqa: E402
 
 
 def cand(tb, cluster, schedule, scheduler="persistent"):
-    return SparseGemmConfig(family="sm90", element="f16", element_out="f16", layout_b="row", threadblock=tb,
-                            warps=(4, 1, 1), stages=0, instruction=(64, 128, 32), alignment_a=8, alignment_b=8,
-                            alignment_c=8, swizzle=1, min_compute=90, cluster=cluster, schedule=schedule,
-                            tile_scheduler=scheduler)
+    """A candidate tile as the catalog would make it (f16 in and out, row-major x)."""
+    return catalog.load("sm90").config((tb, (4, 1, 1), 0, cluster, schedule, scheduler), "f16", "f16", "row", 8, 8)
 
 
 CO, PP = "cooperative", "pingpong"
