@@ -194,21 +194,25 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     swept = planned_configs([any_shape_cases.problem_of(case, sm_count)
                              for family in ("sm80", "sm90") for case in any_shape_cases.cases(family)]
                             + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count)
-                            + fp8_problems(sm_count))
+                            + fp8_problems(sm_count, bench=True))
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
 
 
-def fp8_problems(sm_count: int = 132):
-    """What cs.linear_fp8 plans in tests/test_gpu_fp8.py."""
+def fp8_problems(sm_count: int = 132, bench: bool = False):
+    """What cs.linear_fp8 plans in tests/test_gpu_fp8.py (bench: in scripts/bench.py --dtypes e4m3
+    [--llm] as well)."""
     import dataclasses
 
+    from cutlass_sparse.cli.bench import FP8_SHAPES, LLM_SHAPES
     from cutlass_sparse.describe.problem import Epilogue, Problem
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_gpu_fp8 import CASES, TOLERANCE
 
     cases = [(shape, out, "identity") for shape in CASES for out in TOLERANCE] + [((512, 64, 512), "bf16", "silu")]
+    if bench:
+        cases += [(shape, "bf16", "identity") for shape in FP8_SHAPES + LLM_SHAPES]
     return [dataclasses.replace(
         Problem.contiguous("sm90", m, n, k, element="e4m3", element_out=out, layout_b="col", out_layout="col",
                            sm_count=sm_count),

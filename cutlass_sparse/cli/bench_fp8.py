@@ -25,6 +25,9 @@ def peers(wq, xq) -> dict:
     try:
         torch._scaled_mm(w_t, x_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
         found["dense"] = lambda: torch._scaled_mm(w_t, x_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        # the dense peer with fast accumulation too (ours accumulates that way: catalog sm90_fp8)
+        found["dense_fast"] = lambda: torch._scaled_mm(w_t, x_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                                       use_fast_accum=True)
     except RuntimeError:
         pass
     try:

@@ -41,6 +41,7 @@ class Family:
     tiles: tuple[tuple, ...]
     # (tile, outputs it is limited to, why): a tile's own `outputs` in the catalog file
     limits: tuple[tuple[tuple, tuple[str, ...], str], ...] = ()
+    fast_accum: bool = False     # fp8: CUTLASS's fast-accumulation schedules (SparseGemmConfig)
 
     def allows(self, tile, element: str, element_out: str) -> bool:
         return self._refusal(tile, element, element_out) is None
@@ -64,7 +65,7 @@ class Family:
             alignment_a=16 // dtypes.numpy_dtype(element).itemsize, alignment_b=alignment_b,
             alignment_c=alignment_c,
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
-            cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler)
+            cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler, fast_accum=self.fast_accum)
 
     def out_types(self, element: str, outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """'same' in the catalog is the input type."""
@@ -99,7 +100,7 @@ def load(family: str) -> Family:
         accumulator=data["accumulator"], inputs=tuple(data["inputs"]), outputs=tuple(data["outputs"]),
         layouts_b=tuple(data["layouts_b"]), alignments_b=tuple(data["alignments_b"]),
         alignments_c=tuple(data["alignments_c"]), swizzle=data["swizzle"],
-        tiles=tuple(tile(t) for t in data["tile"]),
+        tiles=tuple(tile(t) for t in data["tile"]), fast_accum=data.get("fast_accum", False),
         limits=tuple((tile(t), tuple(t["outputs"]), t.get("why", "not offered")) for t in data["tile"]
                      if "outputs" in t),
     )

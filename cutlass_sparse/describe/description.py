@@ -48,6 +48,10 @@ SCHEDULES = {
     "cooperative": (KernelScheduleType.TmaWarpSpecializedCooperative, EpilogueScheduleType.TmaWarpSpecializedCooperative),
     "pingpong": (KernelScheduleType.TmaWarpSpecializedPingpong, EpilogueScheduleType.TmaWarpSpecialized),
 }
+FAST_ACCUM = {
+    KernelScheduleType.TmaWarpSpecializedCooperative: KernelScheduleType.TmaWarpSpecializedCooperativeFP8FastAccum,
+    KernelScheduleType.TmaWarpSpecializedPingpong: KernelScheduleType.TmaWarpSpecializedPingpongFP8FastAccum,
+}
 # sm90 epilogue scales (issue 15): "none", or "row_col": D = act(alpha * s_row[m] *
 # s_col[n] * acc) with float32 vectors given at run time (either may be absent).
 SCALES = ("none", "row_col")
@@ -83,6 +87,11 @@ class SparseGemmConfig:
     activation: str = "identity"     # one of ACTIVATIONS
     layout_c: str = "row"            # C and D; "col" (M contiguous): sm90 only
     scales: str = "none"             # one of SCALES (sm90 only)
+    # sm90 fp8 only: CUTLASS's FP8FastAccum schedules, which accumulate in the wgmma's own
+    # registers (as dense fp8 GEMMs with fast accumulation do). The other mainloop adds each
+    # K block's partial sums into a second fp32 accumulator: twice the accumulator
+    # registers, which spills at 64x256 per warpgroup and halved the speed on the H100.
+    fast_accum: bool = False
 
     def __post_init__(self):
         checks = [
@@ -112,6 +121,8 @@ class SparseGemmConfig:
             (self.scales in SCALES, f"scales {self.scales!r} must be one of {SCALES}"),
             (self.scales == "none" or (self.family == "sm90" and self.activation != "leaky_relu"),
              "scales 'row_col': family sm90 only, and no leaky_relu (its slope has no place in the scaled epilogue)"),
+            (not self.fast_accum or (self.family == "sm90" and self.element in dtypes.FP8_NAMES),
+             f"fast_accum: sm90 fp8 kernels only, not {self.family} {self.element}"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
              "tile_scheduler 'streamk' needs the sm90 'cooperative' schedule (CUTLASS's ping-pong kernel has no stream-K)"),
         ]
@@ -172,7 +183,7 @@ class SparseGemmConfig:
     @functools.cached_property
     def operation(self) -> GemmOperation:
         if self.is_3x:
-            kernel_schedule, epilogue_schedule = SCHEDULES[self.schedule]
+            kernel_schedule, epilogue_schedule = self.schedules
             return GemmOperation(GemmKind.SparseUniversal3x, self.min_compute, self.tile_description,
                                  self.tensor_a, self.tensor_b, self.tensor_c,
                                  dtypes.data_type(self.accumulator), self.epilogue_functor,
@@ -182,6 +193,14 @@ class SparseGemmConfig:
                              self.tensor_a, self.tensor_b, self.tensor_c,
                              dtypes.data_type(self.accumulator), self.epilogue_functor,
                              self.swizzling_functor)
+
+    @property
+    def schedules(self) -> tuple[KernelScheduleType, EpilogueScheduleType]:
+        """(kernel, epilogue) schedule of an sm90 configuration, fast accumulation applied."""
+        kernel_schedule, epilogue_schedule = SCHEDULES[self.schedule]
+        if self.fast_accum:
+            kernel_schedule = FAST_ACCUM[kernel_schedule]
+        return kernel_schedule, epilogue_schedule
 
     # -- identity ---------------------------------------------------------------------
 
@@ -203,8 +222,9 @@ class SparseGemmConfig:
     def key(self) -> str:
         """Stable short hash of every field."""
         fields = asdict(self)
-        if fields["scales"] == "none":   # keys made before the field existed stay valid
-            del fields["scales"]
+        for field, default in (("scales", "none"), ("fast_accum", False)):
+            if fields[field] == default:   # keys made before the field existed stay valid
+                del fields[field]
         blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

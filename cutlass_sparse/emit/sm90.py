@@ -18,7 +18,7 @@ import numpy as np
 from cutlass_library.library import DataTypeTag, EpilogueScheduleTag, KernelScheduleTag, LayoutTag
 
 from . import arguments, epilogue, nvrtc_headers
-from ..describe.description import SCHEDULES, SparseGemmConfig
+from ..describe.description import SparseGemmConfig
 from .emitted import Emitted
 from .template import substitute
 
@@ -228,7 +228,7 @@ ${name}(Params const *params) {
 def emit(config: SparseGemmConfig) -> Emitted:
     if config.family != "sm90":
         raise ValueError(f"the sm90 emitter cannot emit family {config.family!r}")
-    kernel_schedule, epilogue_schedule = SCHEDULES[config.schedule]
+    kernel_schedule, epilogue_schedule = config.schedules
     setup = setup_layout(config)
     stages = ("cutlass::gemm::collective::StageCountAutoCarveout<"
               "static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
