@@ -177,6 +177,12 @@ def new_n_row(torch, cs):
             results[n] = y
     torch.cuda.synchronize()
     worst = max(relative_error(y, xs[n].float() @ w.float().T) for n, y in results.items())
+    # the share of torch's allocator: the same outputs allocated alone
+    alloc_times = []
+    for n in NEW_N:
+        start = time.perf_counter()
+        torch.empty((n, 4096), device="cuda", dtype=torch.float16)
+        alloc_times.append((time.perf_counter() - start) * 1e6)
     # dense torch in the same loop (its own first sight of each N, the same allocations)
     dense_times = []
     for n in NEW_N:
@@ -187,6 +193,7 @@ def new_n_row(torch, cs):
     return {"calls": len(times), "warm_up_n": warm, "median_host_us": statistics.median(times),
             "mean_host_us": statistics.mean(times), "calls_that_waited_for_the_gpu": waits,
             "dense_median_host_us": statistics.median(dense_times),
+            "alloc_median_us": statistics.median(alloc_times),
             "checked_n": sorted(results), "worst_rel_err": worst, "ok": worst < 2e-2}
 
 
@@ -247,7 +254,8 @@ def main(argv=None) -> int:
     results["new_n"] = new_n_row(torch, cs)
     r = results["new_n"]
     print(f"\nnew N every call (cs.linear, 4096x4096 weight, N = 1..512): host {r['median_host_us']:.1f} us median, "
-          f"{r['mean_host_us']:.1f} us mean (dense torch.mm in the same loop: {r['dense_median_host_us']:.1f} us); {r['calls_that_waited_for_the_gpu']} of {r['calls']} calls waited "
+          f"{r['mean_host_us']:.1f} us mean (dense torch.mm in the same loop: {r['dense_median_host_us']:.1f} us; "
+          f"torch.empty of the output alone: {r['alloc_median_us']:.1f} us); {r['calls_that_waited_for_the_gpu']} of {r['calls']} calls waited "
           f"for the GPU (warm-up N {r['warm_up_n']}); results checked at N {r['checked_n']}: "
           f"{'ok' if r['ok'] else 'WRONG'} ({r['worst_rel_err']:.1e})")
     if args.cprofile:

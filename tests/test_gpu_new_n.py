@@ -100,3 +100,31 @@ def test_host_grid_is_cutlass_grid(weight, m):
                 plan._prepare_on_device((ptr,) * 5)
                 checked += 1
     assert checked == len(kernels) * 20
+
+
+def test_new_n_after_the_warm_pass_launches_no_setup(weight, monkeypatch):
+    """Once the warm pass has had Params built ahead for each range (a side stream), a new N
+    patches a host copy of Params: no setup entry runs on the caller's stream."""
+    from cutlass_sparse.launch import sm90, sm90_params
+
+    w, sw = weight
+    g = torch.Generator(device="cuda").manual_seed(14)
+    xs = {n: torch.randn(n, 4096, device="cuda", generator=g).half() for n in range(1, 513)}
+    # a class's first new N (aligned to 8 or not, per range) builds the rest of its range ahead
+    for n in (*WARM, 2, 8, 9, 17, 24, 33, 48, 65, 96, 129, 192, 257, 384):
+        cs.linear(xs[n], sw)
+    torch.cuda.synchronize()
+    builds = []
+    original = sm90.Sm90Plan._build
+
+    def counted(plan, pointers, workspace, stream=None, scales=(0, 0)):
+        if stream is not sm90_params._side_streams.get(0):   # a build ahead runs there, beside the caller
+            builds.append(plan.problem.n)
+        return original(plan, pointers, workspace, stream, scales)
+
+    monkeypatch.setattr(sm90.Sm90Plan, "_build", counted)
+    fresh = [n for n in range(3, 513, 5) if n not in WARM]
+    results = check_no_wait(lambda: {n: cs.linear(xs[n], sw) for n in fresh})
+    assert builds == [], f"setup launched for N {builds}"
+    for n, y in results.items():
+        assert relative_error(y, xs[n].float() @ w.float().T) < 2e-2, n

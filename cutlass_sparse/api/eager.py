@@ -7,7 +7,9 @@ A call whose N is new finds the plan of an earlier call of its class: the same o
 but for N, laid out the same way (x [K, N] and out [M, N], each compact row- or
 column-major), N in the same range (selection.n_range) and as aligned. Its
 Problem is that call's with N replaced, and its plan is made around the same kernel
-(plan.plans): no checks, no selection, no device synchronization.
+(plan.plans): no checks, no selection, no device synchronization. A class's first call
+has the device build Params for the rest of its N range on a side stream
+(Sm90Plan.build_ahead), so the range's new N launch the GEMM alone.
 
 Only plain calls take it (a 2-D x, a SparseMatrix on the device, no c, bias, workspace,
 info or profiling); a call whose operands the api staged itself (a strided x, an out that
@@ -25,9 +27,11 @@ from ..plan import records
 from . import interop, operands
 
 MAX_ENTRIES = 1024
+AHEAD = 256      # N values of a range whose Params are built ahead on its first new N
 
 _entries: dict[tuple, tuple] = {}      # exact key -> (plan, problem)
 _classes: dict[tuple, tuple] = {}      # class key -> (plan, problem) of its latest call
+_ahead: set[tuple] = set()             # classes whose range was built ahead
 _lock = threading.Lock()
 _generation = records.generation
 _ndarray = None
@@ -123,18 +127,35 @@ def class_key(fast_key: tuple) -> tuple | None:
             selection.n_range(n), n % 8 == 0, n == 1)
 
 
-def _for_n(entry: tuple, fast_key: tuple) -> tuple:
-    """The plan and Problem for a call of an entry's class with its own N."""
-    _, problem = entry
-    n = fast_key[_X_SHAPE][1]
+def _with_n(problem, n: int):
+    """A Problem of the same class with another N (row-major operands' leading dimension is N)."""
     x = problem.x
     if x.layout == "row":
         x = Operand("row", n, x.align)
     out = problem.out
     if out is not None and out.layout == "row":
         out = Operand("row", n, out.align)
-    problem = problem.with_(n=n, x=x, out=out)
+    return problem.with_(n=n, x=x, out=out)
+
+
+def _for_n(entry: tuple, fast_key: tuple) -> tuple:
+    """The plan and Problem for a call of an entry's class with its own N."""
+    problem = _with_n(entry[1], fast_key[_X_SHAPE][1])
     return plans.get(problem), problem
+
+
+def _build_ahead(entry: tuple, klass: tuple | None) -> None:
+    """A class's first call has the device build Params for the rest of its N range (sm90),
+    so the range's other N launch the GEMM alone."""
+    plan, problem = entry
+    if klass is None or plan.family != "sm90" or klass in _ahead:
+        return
+    _ahead.add(klass)
+    n = problem.n
+    top = selection.n_range(n)
+    others = [v for v in range(1 if top == 16 else top // 2 + 1, top + 1)
+              if v != n and (v % 8 == 0) == (n % 8 == 0) and (v == 1) == (n == 1)]
+    plan.build_ahead([_with_n(problem, v) for v in others[:AHEAD]])
 
 
 def lookup(fast_key: tuple):
@@ -144,6 +165,7 @@ def lookup(fast_key: tuple):
         with _lock:
             _entries.clear()
             _classes.clear()
+            _ahead.clear()
             _generation = records.generation
     entry = _entries.get(fast_key)
     if entry is not None:
@@ -162,6 +184,7 @@ def _keep(fast_key: tuple, entry: tuple, klass: tuple | None) -> None:
         if len(_entries) >= MAX_ENTRIES:
             _entries.clear()
             _classes.clear()
+            _ahead.clear()
         _entries[fast_key] = entry
         if klass is not None:
             _classes[klass] = entry
@@ -171,7 +194,9 @@ def remember(fast_key: tuple, call: operands.GemmCall, x, out, plan) -> None:
     """Keep a plan for calls like this one, if the api staged nothing for it."""
     if call.x is not x or call.out is not out or call.out_target is not None or call.c is not None:
         return
-    _keep(fast_key, (plan, call.problem), class_key(fast_key))
+    klass = class_key(fast_key)
+    _keep(fast_key, (plan, call.problem), klass)
+    _build_ahead((plan, call.problem), klass)
 
 
 def run(entry: tuple, sw, x, out, bias):

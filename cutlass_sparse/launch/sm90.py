@@ -27,7 +27,7 @@ from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP_SCALED, setup_layout
-from . import device, grid, modules, tma
+from . import device, grid, modules, sm90_params, tma
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import copy_rows, stage
 
@@ -126,6 +126,7 @@ class Sm90Plan:
         self._readies: OrderedDict[tuple, Ready] = OrderedDict()
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
+        self._block_key = bytes(self._block)   # with its pointer fields zero: what Params depend on besides pointers
         self._gemm = self._setup = None
 
     @property
@@ -189,7 +190,9 @@ class Sm90Plan:
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
         if ready is not None:
             return ready
-        ready = self._build(key[:5], workspace, stream, scales)
+        ready = self._from_host(key[:5], scales, stream) if workspace is None else None
+        if ready is None:
+            ready = self._build(key[:5], workspace, stream, scales)
         with self._lock:
             self._readies[key] = ready
             while len(self._readies) > PARAMS_PER_PLAN:
@@ -217,6 +220,30 @@ class Sm90Plan:
                                  (compiled.threads, 1, 1), compiled.shared_bytes)
         function, threads, shared = gemm
         function(ready.grid, threads, (ready.params,), shared_mem=shared, stream=stream)
+
+    def _host_key(self, pointers, scales) -> tuple:
+        """What a host copy of Params is kept under: kernel, device, the setup block without
+        pointers, and which pointers are null (a null scale pointer reads as 1)."""
+        return (self.compiled.key, self.problem.device_id, self._block_key,
+                tuple(p == 0 for p in pointers), scales[0] == 0, scales[1] == 0)
+
+    def _from_host(self, pointers, scales, stream) -> Ready | None:
+        """A launch whose Params are a host copy patched with these pointers (one
+        host-to-device copy), where such a copy has arrived; else None."""
+        offsets = sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id))
+        made = None if offsets is None else sm90_params.template(self._host_key(pointers, scales))
+        params_bytes = None if made is None else made.arrived()
+        if params_bytes is None:
+            return None
+        import cupy
+
+        stream = stream or cupy.cuda.get_current_stream()
+        if sm90_params.capturing(stream.ptr):
+            return None
+        with stream:   # from the pool of the stream that uses it
+            params = cupy.empty(len(params_bytes), dtype=cupy.uint8)
+        sm90_params.send(params_bytes, offsets, pointers + tuple(scales), params, stream.ptr)
+        return Ready(params, self._prepared(pointers).grid, None, (0, 0))
 
     def _setup_block(self) -> bytearray:
         """The setup entry's argument block without its pointers (filled per build)."""
@@ -290,6 +317,9 @@ class Sm90Plan:
             raise RuntimeError(f"{symbol} {problem}: CUTLASS launches grid {reported}, launch.grid computed "
                                f"{self._host_grid()}: the host's copy of the scheduler is out of date")
         templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
+        if self.config.tile_scheduler != "streamk":
+            sm90_params.pointer_maps[(self.compiled.key, self.problem.device_id)] = sm90_params.map_pointers(
+                self, templates, setup_layout(self.config) is SETUP_SCALED)
         return Prepared(templates, reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])
 
     def _build(self, pointers, workspace, stream=None, scales=(0, 0)) -> Ready:
@@ -316,4 +346,12 @@ class Sm90Plan:
         if setup is None:   # the loaded entry, looked up once per plan
             setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
         setup((1, 1, 1), (1, 1, 1), (block,), shared_mem=0, stream=stream)
+        if workspace is None and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
+            stream_ptr = (stream or cupy.cuda.get_current_stream()).ptr
+            if not sm90_params.capturing(stream_ptr):   # later calls of this shape patch a host copy
+                sm90_params.request(self._host_key(pointers, scales), params, stream)
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
+
+    def build_ahead(self, problems) -> None:
+        """Params for other N of this plan's range, built ahead (sm90_params.build_ahead)."""
+        sm90_params.build_ahead(self, problems)

@@ -1,0 +1,179 @@
+"""Host copies of sm90 Params, so a call with new pointers (or a new N) launches no setup.
+
+A kernel's Params depend on the operands' addresses through one 8-byte word each: the
+pointer itself, or the first word of a TMA descriptor, where the driver keeps the plain
+global address (scripts/device/probe_params.py, docs/probe_params_h100.log). Those words
+are found once per kernel and device (pointer_map, from setups with moved pointers, at
+the kernel's first setup, which synchronizes anyway). After that:
+
+- the first Params the setup entry builds for a shape are copied back to pinned host
+  memory without waiting (request); once the copy has landed, a call of that shape with
+  other pointers patches the copy and sends it with one host-to-device copy from
+  pageable memory, which the driver stages at once (no synchronization, no kernel);
+- a serving loop's new N finds Params that were built ahead: the first new N of a range
+  has the device build every N of the range at once (Sm90Plan.build_ahead).
+
+Under CUDA-graph capture the setup entry is used instead (a copy from host memory would
+be replayed from a buffer that has changed since).
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+
+import numpy as np
+
+# The pointer vector: a, e, b, c, d as the setup block has them, then a scaled kernel's
+# row and column scale pointers.
+POINTERS = 7
+_DELTAS = (16, 1 << 20)
+_SPACING = 4 << 20        # between the stand-in pointers of the mapping setups
+_WORD = struct.Struct("<Q")
+MAX_TEMPLATES = 8192
+
+# (kernel key, device) -> offsets of each pointer's word in Params (None: not in Params),
+# or None where some pointer is not one plain word (then no host Params for that kernel).
+pointer_maps: dict[tuple[str, int], tuple[int | None, ...] | None] = {}
+_templates: dict[tuple, "Template"] = {}
+_lock = threading.Lock()
+
+
+def find_pointer_map(run_setup, count: int, base: int) -> tuple[int | None, ...] | None:
+    """Where each of `count` pointers sits in Params. run_setup(pointers) -> Params as
+    bytes (synchronizes); base: a device address with count * 4 MiB free after it."""
+    pointers = tuple(base + _SPACING * i for i in range(count))
+    reference = np.frombuffer(run_setup(pointers), dtype=np.uint64)
+    offsets: list[int | None] = []
+    for i in range(count):
+        seen = set()
+        for delta in _DELTAS:
+            moved = np.frombuffer(run_setup(tuple(p + delta * (j == i) for j, p in enumerate(pointers))),
+                                  dtype=np.uint64)
+            changed = np.nonzero(moved != reference)[0]
+            if len(changed) > 1 or (len(changed) == 1 and int(moved[changed[0]]) - int(reference[changed[0]]) != delta):
+                return None
+            seen.add(int(changed[0]) * 8 if len(changed) else None)
+        if len(seen) != 1:
+            return None
+        offsets.append(seen.pop())
+    found = [o for o in offsets if o is not None]
+    return tuple(offsets) if len(found) == len(set(found)) else None
+
+
+class Template:
+    """Params built on the device for one shape, on their way to pinned host memory."""
+
+    def __init__(self, params, stream):
+        import cupy
+
+        self.nbytes = params.nbytes
+        self._host = cupy.cuda.alloc_pinned_memory(self.nbytes)
+        runtime = cupy.cuda.runtime
+        stream_ptr = (stream or cupy.cuda.get_current_stream()).ptr
+        runtime.memcpyAsync(self._host.ptr, params.data.ptr, self.nbytes, runtime.memcpyDeviceToHost, stream_ptr)
+        self._event = cupy.cuda.Event(disable_timing=True)
+        self._event.record(stream)
+        self.bytes = None
+
+    def arrived(self) -> bytes | None:
+        """The Params once the copy has landed (never waits), else None."""
+        if self.bytes is None and self._event.done:
+            self.bytes = bytes(np.frombuffer(self._host, dtype=np.uint8, count=self.nbytes))
+            self._host = self._event = None
+        return self.bytes
+
+
+def template(key: tuple) -> Template | None:
+    return _templates.get(key)
+
+
+def request(key: tuple, params, stream) -> None:
+    """Bring the Params just built for `key` to the host, unless they are on their way."""
+    if key in _templates:
+        return
+    made = Template(params, stream)
+    with _lock:
+        if len(_templates) >= MAX_TEMPLATES:
+            _templates.clear()
+        _templates.setdefault(key, made)
+
+
+def patched(params_bytes: bytes, offsets: tuple[int | None, ...], pointers: tuple[int, ...]) -> bytearray:
+    """A host copy of Params with each pointer written into its word."""
+    block = bytearray(params_bytes)
+    for offset, pointer in zip(offsets, pointers):
+        if offset is not None:
+            _WORD.pack_into(block, offset, pointer)
+    return block
+
+
+def send(params_bytes: bytes, offsets: tuple[int | None, ...], pointers: tuple[int, ...], device_params,
+         stream_ptr: int) -> None:
+    """Patch a host copy of Params with `pointers` and copy it into `device_params` on the
+    stream (from pageable memory: the driver stages it before returning)."""
+    import cupy
+
+    block = patched(params_bytes, offsets, pointers)
+    address = ctypes.addressof((ctypes.c_char * len(block)).from_buffer(block))
+    runtime = cupy.cuda.runtime
+    runtime.memcpyAsync(device_params.data.ptr, address, len(block), runtime.memcpyHostToDevice, stream_ptr)
+
+
+def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None:
+    """find_pointer_map for an Sm90Plan's kernel, with its setup entry (synchronizes; once
+    per kernel and device)."""
+    import cupy
+
+    count = POINTERS if scaled else 5
+    compiled, device_id = plan.compiled, plan.problem.device_id
+
+    def run_setup(pointers):
+        params = cupy.zeros(compiled.constants["params_bytes"], dtype=cupy.uint8)
+        block = plan._setup_arguments(pointers[:5], params.data.ptr, templates.data.ptr,
+                                      scales=pointers[5:] if scaled else (0, 0))
+        plan.loaded.launch(device_id, (1, 1, 1), (block,), symbol=f"{compiled.symbol}_setup", threads=1,
+                           shared_bytes=0)
+        return params.get().tobytes()
+
+    scratch = cupy.empty(256, dtype=cupy.uint8)   # stand-in addresses: the setup never reads them
+    return find_pointer_map(run_setup, count, scratch.data.ptr)
+
+
+def build_ahead(plan, problems) -> None:
+    """Have the device build Params for `problems` (plan's problem with other N, so the same
+    kernel) on a side stream and bring them to the host: their first calls then launch no
+    setup. Stand-in pointers: the real ones are patched in."""
+    import cupy
+
+    if not pointer_maps.get((plan.compiled.key, plan.problem.device_id)):
+        return
+    with cupy.cuda.Device(plan.problem.device_id):
+        stream = _side_stream(plan.problem.device_id)
+        with stream:
+            scratch = cupy.empty(256, dtype=cupy.uint8)
+            stand_in = (scratch.data.ptr,) * 5
+            for problem in problems:
+                other = type(plan)(problem, kernel=plan.kernel)
+                if other.direct and template(other._host_key(stand_in, (0, 0))) is None:
+                    other._build(stand_in, None, stream)
+
+
+_side_streams: dict[int, object] = {}
+
+
+def _side_stream(device_id: int):
+    """A non-blocking stream per device for work no call waits on (build_ahead)."""
+    stream = _side_streams.get(device_id)
+    if stream is None:
+        import cupy
+
+        stream = _side_streams.setdefault(device_id, cupy.cuda.Stream(non_blocking=True))
+    return stream
+
+
+def capturing(stream_ptr: int) -> bool:
+    """Whether the stream is capturing a CUDA graph."""
+    import cupy
+
+    return cupy.cuda.runtime.streamIsCapturing(stream_ptr) != 0

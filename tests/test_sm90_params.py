@@ -1,0 +1,50 @@
+"""Host copies of sm90 Params (launch.sm90_params): finding each pointer's word and
+patching a copy, against a stand-in for the device's setup (no GPU needed)."""
+import struct
+
+from cutlass_sparse.launch import sm90_params
+
+WORDS = 24
+
+
+def fake_setup(layout):
+    """A setup that writes each pointer i into word layout[i] (None: not at all), beside
+    words that do not depend on the pointers."""
+    def run_setup(pointers):
+        words = [7 * w + 1 for w in range(WORDS)]
+        for i, word in enumerate(layout):
+            if word is not None:
+                words[word] = pointers[i]
+        return struct.pack(f"<{WORDS}Q", *words)
+    return run_setup
+
+
+def test_each_pointer_is_found_in_its_word():
+    layout = (8, 4, 11, None, 20)
+    offsets = sm90_params.find_pointer_map(fake_setup(layout), 5, 0x7F0000000000)
+    assert offsets == (64, 32, 88, None, 160)
+
+
+def test_a_pointer_stored_any_other_way_gives_no_map():
+    def shifted(pointers):   # pointer 1 stored shifted: not a plain word
+        words = [0] * WORDS
+        words[2], words[5] = pointers[0], pointers[1] >> 4
+        return struct.pack(f"<{WORDS}Q", *words)
+
+    assert sm90_params.find_pointer_map(shifted, 2, 0x7F0000000000) is None
+
+    def spread(pointers):    # pointer 0 in two words
+        words = [0] * WORDS
+        words[2] = words[3] = pointers[0]
+        return struct.pack(f"<{WORDS}Q", *words)
+
+    assert sm90_params.find_pointer_map(spread, 1, 0x7F0000000000) is None
+
+
+def test_patched_copy_equals_a_setup_with_those_pointers():
+    layout = (8, 4, 11, 13, 20)
+    run_setup = fake_setup(layout)
+    offsets = sm90_params.find_pointer_map(run_setup, 5, 0x7F0000000000)
+    built = run_setup((0x1000, 0x2000, 0x3000, 0x4000, 0x5000))
+    new = (0x7F00DEAD0000, 0x7F00BEEF0000, 0x10, 0x20, 0x30)
+    assert bytes(sm90_params.patched(built, offsets, new)) == run_setup(new)
