@@ -11,8 +11,8 @@ import pytest
 import cutlass_sparse as cs
 
 pytestmark = pytest.mark.gpu
-# (features, tokens, K): a prefill block, a decode step (odd token count), a small layer
-CASES = [(512, 256, 1024), (4096, 7, 4096), (256, 16, 256)]
+# (features, tokens, K): a prefill block, a decode step (odd token count), small layers
+CASES = [(512, 256, 1024), (4096, 7, 4096), (256, 16, 256), (256, 16, 384)]   # 384: a K tile of 256 half filled
 TOLERANCE = {"bf16": 1e-2, "f16": 2e-3, "f32": 2e-3}
 
 

@@ -65,6 +65,13 @@ class Ready:
     workspace: object
     barrier: tuple[int, int]      # (byte offset, bytes) to zero before each launch
 
+    def __post_init__(self):
+        from cupy.cuda.function import CIntptr
+
+        # the launch's argument, the Params pointer, made once (an ndarray argument would
+        # have CuPy describe the whole array at every launch)
+        self.args = (CIntptr(self.params.data.ptr),)
+
 
 # Per (kernel, device): TMA descriptor templates. A descriptor's rank, box, element
 # strides, swizzle and type come from the kernel's static layouts (make_tma_copy_desc);
@@ -219,7 +226,7 @@ class Sm90Plan:
             gemm = self._gemm = (self.loaded.function(self.problem.device_id, compiled.symbol, compiled.shared_bytes),
                                  (compiled.threads, 1, 1), compiled.shared_bytes)
         function, threads, shared = gemm
-        function(ready.grid, threads, (ready.params,), shared_mem=shared, stream=stream)
+        function(ready.grid, threads, ready.args, shared_mem=shared, stream=stream)
 
     def _host_key(self, pointers, scales) -> tuple:
         """What a host copy of Params is kept under: kernel, device, the setup block without
