@@ -105,8 +105,10 @@ def test_host_grid_is_cutlass_grid(weight, m):
 def test_new_n_after_the_warm_pass_launches_no_setup(weight, monkeypatch):
     """Once the warm pass has had Params built ahead for each range (a side stream), a new N
     patches a host copy of Params: no setup entry runs on the caller's stream."""
+    from cutlass_sparse.api import eager
     from cutlass_sparse.launch import sm90, sm90_params
 
+    eager._ahead.clear()   # earlier tests' classes: their warm pass happened long ago
     w, sw = weight
     g = torch.Generator(device="cuda").manual_seed(14)
     xs = {n: torch.randn(n, 4096, device="cuda", generator=g).half() for n in range(1, 513)}
@@ -119,7 +121,11 @@ def test_new_n_after_the_warm_pass_launches_no_setup(weight, monkeypatch):
 
     def counted(plan, pointers, workspace, stream=None, scales=(0, 0)):
         if stream is not sm90_params._side_streams.get(0):   # a build ahead runs there, beside the caller
-            builds.append(plan.problem.n)
+            made = sm90_params.template(plan._host_key(pointers, scales))
+            builds.append((plan.problem.n, "no template" if made is None else
+                           "not arrived" if made.arrived() is None else
+                           f"no map: {sm90_params.failures}" if not sm90_params.pointer_maps.get((plan.compiled.key, 0))
+                           else "?"))
         return original(plan, pointers, workspace, stream, scales)
 
     monkeypatch.setattr(sm90.Sm90Plan, "_build", counted)
