@@ -247,8 +247,7 @@ class Sm90Plan:
         stream = stream or cupy.cuda.get_current_stream()
         if sm90_params.capturing(stream.ptr):
             return None
-        with stream:   # from the pool of the stream that uses it
-            params = cupy.empty(len(params_bytes), dtype=cupy.uint8)
+        params = self._params_buffer(stream)
         sm90_params.send(params_bytes, offsets, pointers + tuple(scales), params, stream.ptr)
         return Ready(params, self._prepared(pointers).grid, None, (0, 0))
 
@@ -329,6 +328,16 @@ class Sm90Plan:
                 self, templates, setup_layout(self.config) is SETUP_SCALED)
         return Prepared(templates, reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])
 
+    def _params_buffer(self, stream=None):
+        """A device buffer for this kernel's Params, from the pool of the stream that uses it
+        (freed, it is reused in that stream's order)."""
+        import cupy
+
+        if stream is None:
+            return cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
+        with stream:
+            return cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
+
     def _build(self, pointers, workspace, stream=None, scales=(0, 0)) -> Ready:
         """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
         import cupy
@@ -342,11 +351,7 @@ class Sm90Plan:
                                  f"needs {prepared.workspace_bytes} bytes, 128-byte aligned (cs.workspace_size)")
         else:
             workspace = None
-        if stream is None:
-            params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
-        else:   # from the pool of the stream that uses it: freed, it is reused in that stream's order
-            with stream:
-                params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
+        params = self._params_buffer(stream)
         block = self._setup_arguments(pointers, params.data.ptr, prepared.templates.data.ptr,
                                       workspace=0 if workspace is None else workspace.data.ptr, scales=scales)
         setup = self._setup
@@ -354,9 +359,7 @@ class Sm90Plan:
             setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
         setup((1, 1, 1), (1, 1, 1), (block,), shared_mem=0, stream=stream)
         if workspace is None and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
-            stream_ptr = (stream or cupy.cuda.get_current_stream()).ptr
-            if not sm90_params.capturing(stream_ptr):   # later calls of this shape patch a host copy
-                sm90_params.request(self._host_key(pointers, scales), params, stream)
+            sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
 
     def build_ahead(self, problems) -> None:

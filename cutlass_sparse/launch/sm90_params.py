@@ -94,8 +94,13 @@ def template(key: tuple) -> Template | None:
 
 
 def request(key: tuple, params, stream) -> None:
-    """Bring the Params just built for `key` to the host, unless they are on their way."""
+    """Bring the Params just built for `key` to the host, unless they are on their way (or
+    the stream is capturing a graph: the copy and its event would be captured too)."""
     if key in _templates:
+        return
+    import cupy
+
+    if capturing((stream or cupy.cuda.get_current_stream()).ptr):
         return
     made = Template(params, stream)
     with _lock:
