@@ -19,7 +19,8 @@ finally:
     _sys.argv = _argv
 
 from .api.compress import compress, prune_2to4  # noqa: E402
-from .api.fp8 import linear_fp8, quantize_activations_fp8, quantize_fp8  # noqa: E402
+from .api.quantized import (linear_fp8, linear_int8, quantize_activations_fp8,  # noqa: E402
+                            quantize_activations_int8, quantize_fp8, quantize_int8)
 from .api.matmul import linear, matmul, tune, workspace_size  # noqa: E402
 from .api.plan import Plan, plan  # noqa: E402
 from .build.compiler import CompileError  # noqa: E402
@@ -39,5 +40,6 @@ def emit_source(config: SparseGemmConfig | str) -> str:
 
 
 __all__ = ["CompileError", "SparseBatch", "SparseGemmConfig", "SparseMatrix", "bfloat16", "compress", "emit_source",
-           "Plan", "linear", "linear_fp8", "matmul", "plan", "prune_2to4", "quantize_activations_fp8", "quantize_fp8",
+           "Plan", "linear", "linear_fp8", "linear_int8", "matmul", "plan", "prune_2to4", "quantize_activations_fp8",
+           "quantize_activations_int8", "quantize_fp8", "quantize_int8",
            "tune", "workspace_size", "__version__"]

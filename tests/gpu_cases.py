@@ -4,6 +4,7 @@ of time on a machine without a GPU and carried to the GPU machine:
     CUTLASS_SPARSE_CACHE=... python -m tests.gpu_cases --arch sm_90 [--jobs N]
 """
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -190,33 +191,41 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
         for m, n, k in ((128, 64, 128), (4096, 4096, 4096), (8192, 8192, 8192), (14336, 16, 4096), (4096, 128, 4096)):
             (sm80_items if family == "sm80" else sm90_items).append(
                 selection_config(m, n, k, "f16", family, sm_count))
-    sm90_items.append(CompressorConfig("e4m3"))   # tests/test_gpu_fp8.py
+    sm90_items += [CompressorConfig("e4m3"), CompressorConfig("s8")]   # tests/test_gpu_fp8.py, test_gpu_int8.py
+    sweep = script("device/sweep_fp8.py")
+    sm90_items += sweep.CANDIDATES + sweep.SCALED + sweep.CANDIDATES_S8
     swept = planned_configs([any_shape_cases.problem_of(case, sm_count)
                              for family in ("sm80", "sm90") for case in any_shape_cases.cases(family)]
                             + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count)
-                            + fp8_problems(sm_count, bench=True))
+                            + quantized_problems(sm_count, bench=True)
+                            + quantized_problems(sm_count, bench=True, element="s8"))
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
 
 
-def fp8_problems(sm_count: int = 132, bench: bool = False):
-    """What cs.linear_fp8 plans in tests/test_gpu_fp8.py (bench: in scripts/bench.py --dtypes e4m3
-    [--llm] as well)."""
+def quantized_problems(sm_count: int = 132, bench: bool = False, element: str = "e4m3"):
+    """What cs.linear_fp8 / cs.linear_int8 plan in tests/test_gpu_fp8.py / test_gpu_int8.py
+    (bench: in scripts/bench.py --dtypes e4m3,s8 [--llm] as well)."""
     import dataclasses
 
     from cutlass_sparse.cli.bench import FP8_SHAPES, LLM_SHAPES
+    from cutlass_sparse.cli.bench_quantized import OUT
     from cutlass_sparse.describe.problem import Epilogue, Problem
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_gpu_fp8 import CASES, TOLERANCE
-
-    cases = [(shape, out, "identity") for shape in CASES for out in TOLERANCE] + [((512, 64, 512), "bf16", "silu")]
+    test = importlib.import_module("test_gpu_fp8" if element == "e4m3" else "test_gpu_int8")
+    cases = [(shape, out, "identity") for shape in test.CASES for out in test.TOLERANCE] + \
+        [((512, 64, 512), "bf16", "silu")]
+    if element == "s8":   # the raw int32 product, int8 requantized, the input checks' layer
+        cases += [(shape, "s32", "identity") for shape in test.CASES + [(128, 32, 4096), (512, 64, 512)]]
+        cases += [((256, 64, 512), "s8", "identity"), ((128, 8, 64), "bf16", "identity")]
     if bench:
-        cases += [(shape, "bf16", "identity") for shape in FP8_SHAPES + LLM_SHAPES]
+        cases += [(shape, OUT[element], "identity") for shape in FP8_SHAPES + LLM_SHAPES]
     return [dataclasses.replace(
-        Problem.contiguous("sm90", m, n, k, element="e4m3", element_out=out, layout_b="col", out_layout="col",
+        Problem.contiguous("sm90", m, n, k, element=element, element_out=out, layout_b="col", out_layout="col",
                            sm_count=sm_count),
-        epilogue=Epilogue(activation=activation, scales="row_col")) for (m, n, k), out, activation in cases]
+        epilogue=Epilogue(activation=activation, scales="none" if out == "s32" else "row_col"))
+        for (m, n, k), out, activation in cases]
 
 
 def selection_config(m, n, k, dtype, family, sm_count):

@@ -44,3 +44,25 @@ def test_bytes_are_ml_dtypes_e4m3():
 def test_bad_input_is_refused(values, axis, match):
     with pytest.raises(ValueError, match=match):
         quantize_e4m3(values, axis)
+
+
+def test_int8_round_trip_is_within_half_a_step():
+    """Symmetric int8: each slice's largest magnitude maps onto 127, the rest round to the
+    nearest step, so the round trip is within half a step (scale / 2) of every value."""
+    from cutlass_sparse.formats.quantize import decode, quantize
+
+    rng = np.random.default_rng(1)
+    values = (rng.standard_normal((32, 80)) * rng.uniform(0.01, 100, (32, 1))).astype(np.float32)
+    quantized, scales = quantize(values, "s8", axis=1)
+    assert quantized.dtype == np.int8 and scales.shape == (32, 1)
+    assert np.abs(quantized.astype(np.int32)).max(axis=1).tolist() == [127] * 32
+    assert quantized.min() >= -127   # symmetric: -128 is never used
+    back = decode(quantized, "s8", scales)
+    assert (np.abs(back - values) <= scales * (0.5 + 1e-5)).all()
+
+
+def test_unknown_element_is_refused():
+    from cutlass_sparse.formats.quantize import quantize
+
+    with pytest.raises(ValueError, match="element 'e5m2' must be one of"):
+        quantize(np.ones((2, 2), dtype=np.float32), "e5m2")

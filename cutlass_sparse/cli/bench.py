@@ -20,7 +20,7 @@ import numpy as np
 
 from ..describe import dtypes
 from . import args as types
-from . import bench_fp8
+from . import bench_quantized
 
 log = logging.getLogger("cutlass_sparse")
 
@@ -31,8 +31,9 @@ DEFAULT_SHAPES = [(8192, 8192, 8192), (16384, 16384, 16384), (4096, 4096, 4096),
 # Llama-class projections (M = output features, K = input features) at decode to prefill token counts.
 LLM_SHAPES = [(m, n, k) for m, k in ((4096, 14336), (14336, 4096), (6144, 4096), (8192, 28672), (28672, 8192))
               for n in (1, 8, 16, 64, 512, 4096)]
-TOLERANCE = {"f16": 2e-3, "bf16": 1.2e-2, "e4m3": 1e-2}   # e4m3: bench_fp8 (bf16 out)
-# fp8 shapes of issue 15's table (m, n, k)
+TOLERANCE = {"f16": 2e-3, "bf16": 1.2e-2, **bench_quantized.TOLERANCE}
+QUANTIZED = tuple(bench_quantized.TOLERANCE)
+# 8-bit shapes of issue 15's table (m, n, k)
 FP8_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 512, 4096), (4096, 128, 4096),
               (4096, 32, 4096), (14336, 16, 4096)]
 
@@ -40,7 +41,8 @@ FP8_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", default=["f16", "bf16"], type=types.choice_list(tuple(TOLERANCE)),
                    help="comma-separated: f16, bf16, e4m3 (fp8 weights and activations, bf16 out, against "
-                        "dense fp8 and cuSPARSELt fp8; default f16,bf16)")
+                        "dense fp8 and cuSPARSELt fp8), s8 (int8, int32 out, against torch._int_mm and "
+                        "cuSPARSELt int8); default f16,bf16")
     p.add_argument("--shapes", default=None, type=types.shape_list, help="comma-separated MxNxK")
     p.add_argument("--llm", action="store_true", help="also the Llama-class projection shapes (LLM_SHAPES)")
     p.add_argument("--family", default=None, choices=["sm80", "sm90"])
@@ -131,8 +133,8 @@ def main(args) -> int:
               f"{'ours/dense':>10} {'ours/cSLt':>9}  {'kernel':24} check")
     print(header)
     for dtype in args.dtypes:
-        for m, n, k in (shapes if dtype != "e4m3" or args.shapes else FP8_SHAPES + (LLM_SHAPES if args.llm else [])):
-            row = bench_fp8.bench_one(m, n, k, rng) if dtype == "e4m3" else \
+        for m, n, k in (shapes if dtype not in QUANTIZED or args.shapes else FP8_SHAPES + (LLM_SHAPES if args.llm else [])):
+            row = bench_quantized.bench_one(m, n, k, rng, dtype) if dtype in QUANTIZED else \
                 bench_one(m, n, k, dtype, args.family, rng, args.tune)
             rows.append(row)
             row["vs_dense"] = row["dense_ms"] / row["ours_ms"]

@@ -11,7 +11,7 @@ from . import dtypes
 from .description import SparseGemmConfig
 
 # Catalog files per family; a family's int8 and tf32 kernels have their own tiles.
-CATALOGS = {"sm80": ("sm80", "sm80_s8", "sm80_tf32"), "sm90": ("sm90", "sm90_fp8")}
+CATALOGS = {"sm80": ("sm80", "sm80_s8", "sm80_tf32"), "sm90": ("sm90", "sm90_fp8", "sm90_s8")}
 
 
 def for_element(family: str, element: str) -> str:
@@ -20,6 +20,8 @@ def for_element(family: str, element: str) -> str:
         return f"sm80_{element}"
     if family == "sm90" and element == "e4m3":
         return "sm90_fp8"
+    if family == "sm90" and element == "s8":
+        return "sm90_s8"
     return family
 
 

@@ -121,6 +121,8 @@ class SparseGemmConfig:
             (self.scales in SCALES, f"scales {self.scales!r} must be one of {SCALES}"),
             (self.scales == "none" or (self.family == "sm90" and self.activation != "leaky_relu"),
              "scales 'row_col': family sm90 only, and no leaky_relu (its slope has no place in the scaled epilogue)"),
+            (self.scales == "none" or self.element_out != "s32",
+             "scales 'row_col': an int32 output is the raw accumulator (scales need a float or int8 output)"),
             (not self.fast_accum or (self.family == "sm90" and self.element in dtypes.FP8_NAMES),
              f"fast_accum: sm90 fp8 kernels only, not {self.family} {self.element}"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
@@ -134,7 +136,7 @@ class SparseGemmConfig:
 
     @property
     def outputs_allowed(self) -> tuple[str, ...]:
-        return dtypes.outputs_for(self.element)
+        return dtypes.outputs_for(self.element, self.family)
 
     @property
     def is_3x(self) -> bool:

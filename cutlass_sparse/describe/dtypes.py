@@ -25,7 +25,7 @@ INPUT_NAMES = ("f16", "bf16")
 SM80_INPUT_NAMES = ("f16", "bf16", "s8", "tf32")
 INTEGER_NAMES = ("s8", "s32")
 # What the sm90 family's kernels take: the 16-bit floats and, for quantized weights
-# (issue 15), e4m3 (checked on the H100 through cs.linear_fp8) and s8 (emitted only).
+# (issue 15), e4m3 and s8 (cs.linear_fp8, cs.linear_int8).
 SM90_KERNEL_INPUT_NAMES = ("f16", "bf16", "e4m3", "s8")
 EIGHT_BIT_NAMES = ("e4m3", "s8")
 FP8_NAMES = ("e4m3",)
@@ -74,10 +74,13 @@ def operand_name(dtype) -> str | None:
     return "tf32" if name == "f32" else name
 
 
-def outputs_for(element: str) -> tuple[str, ...]:
+def outputs_for(element: str, family: str = "sm80") -> tuple[str, ...]:
     """What the kernels may write for an operand type, the default first: the input type
-    or f32 for 16-bit floats, f32 for tf32, int32 or int8 (clamped) for int8, a 16-bit
-    float or f32 for fp8 (e4m3)."""
+    or f32 for 16-bit floats, f32 for tf32, int32 or int8 (clamped) for int8 (and on sm90,
+    whose int8 kernels take scales, a dequantized 16-bit float or f32), a 16-bit float or
+    f32 for fp8 (e4m3)."""
+    if element == "s8" and family == "sm90":
+        return ("s32", "s8", "bf16", "f16", "f32")
     return {"s8": ("s32", "s8"), "tf32": ("f32",), "e4m3": ("bf16", "f16", "f32")}.get(element, (element, "f32"))
 
 

@@ -33,10 +33,16 @@ def output_params_2x(op: str, alpha: str, beta: str, activation_arg: str, activa
     return f"typename {op}::Params({alpha}, {beta})"
 
 
-def fusion_3x(activation: str, element_out: str) -> str:
+def compute_type(element_out: str) -> str:
+    """The sm90 epilogue's arithmetic type: int32 for an int32 D (the raw int8 accumulator
+    stays exact past float's 24 bits; alpha and beta are taken as integers), else float."""
+    return "int32_t" if element_out == "s32" else "float"
+
+
+def fusion_3x(activation: str, element_out: str, compute: str = "float") -> str:
     """CUTLASS 3.x epilogue fusion operation for the sm90 epilogue builder."""
     if activation == "identity":   # the builder's own default
-        return f"cutlass::epilogue::fusion::LinearCombination<{element_out}, float, {element_out}, float>"
+        return f"cutlass::epilogue::fusion::LinearCombination<{element_out}, {compute}, {element_out}, float>"
     return (f"cutlass::epilogue::fusion::LinCombEltAct<{activation_functor(activation)}, "
             f"{element_out}, float, {element_out}, float>")
 

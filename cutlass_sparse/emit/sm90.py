@@ -100,7 +100,7 @@ using ClusterShape = Shape<_${cm}, _${cn}, _${ck}>;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+    cutlass::epilogue::collective::EpilogueTileAuto, ${accumulator}, ${compute},
     ElementC, ${layout_c}, ${alignment_c},
     ElementC, ${layout_c}, ${alignment_c},
     ${epilogue_schedule}, ${fusion}>::CollectiveOp;
@@ -109,7 +109,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
     ElementA, cutlass::layout::RowMajor, ${alignment_a},
     ElementB, ${layout_b}, ${alignment_b},
-    float, TileShape, ClusterShape,
+    ${accumulator}, TileShape, ClusterShape,
     ${stages},
     ${kernel_schedule}>::CollectiveOp;
 
@@ -237,6 +237,8 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "name": config.name,
         "element": DataTypeTag[config.tensor_a.element],
         "element_c": DataTypeTag[config.tensor_c.element],
+        "accumulator": DataTypeTag[config.math_instruction.element_accumulator],
+        "compute": epilogue.compute_type(config.element_out),
         "layout_b": LayoutTag[config.tensor_b.layout],
         "layout_c": LayoutTag[config.tensor_c.layout],
         "alignment_a": config.alignment_a, "alignment_b": config.alignment_b, "alignment_c": config.alignment_c,
@@ -304,7 +306,8 @@ def setup_layout(config: SparseGemmConfig) -> arguments.StructLayout:
 def _epilogue_snippets(config: SparseGemmConfig, setup: arguments.StructLayout) -> dict:
     element_d = DataTypeTag[config.tensor_c.element]
     if config.scales == "none":
-        return {"fusion_decl": "", "fusion": epilogue.fusion_3x(config.activation, element_d),
+        return {"fusion_decl": "", "fusion": epilogue.fusion_3x(config.activation, element_d,
+                                                               epilogue.compute_type(config.element_out)),
                 "thread_init": "{args.alpha, args.beta}",
                 "set_activation_arg": epilogue.set_activation_arg_3x(config.activation, "arguments",
                                                                      "args.activation_arg")}

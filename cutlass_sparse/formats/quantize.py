@@ -1,11 +1,12 @@
-"""fp8 (e4m3) quantization with scales, for quantized 2:4 weights and activations (issue 15).
+"""8-bit quantization with scales, for quantized 2:4 weights and activations (issue 15).
 
-`quantize_e4m3(values, axis)` returns the e4m3 bytes and the float32 scales such that
-values ~= decode(bytes) * scales, one scale per row (axis=1: a weight's output features),
-per column (axis=0) or for the whole tensor (axis=None). Each scale maps the largest
-magnitude of its slice onto e4m3's largest finite value (448), so nothing saturates; an
-all-zero slice gets scale 1. Rounding is ml_dtypes' (to nearest even) on the host: a
-weight is quantized once, so CuPy input is copied there and back.
+`quantize(values, element, axis)` returns the 8-bit values and the float32 scales such
+that values ~= decode(quantized) * scales, one scale per row (axis=1: a weight's output
+features), per column (axis=0) or for the whole tensor (axis=None). Each scale maps the
+largest magnitude of its slice onto the type's largest value (e4m3: 448; int8: 127,
+symmetric, so -128 is never used), so nothing saturates; an all-zero slice gets scale 1.
+Rounding is to nearest even on the host (ml_dtypes' for e4m3): a weight is quantized
+once, so CuPy input is copied there and back. e4m3 travels as uint8 bytes.
 """
 from __future__ import annotations
 
@@ -15,11 +16,16 @@ import numpy as np
 from ..describe import dtypes
 
 E4M3_MAX = float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)   # 448
+INT8_MAX = 127.0
+LARGEST = {"e4m3": E4M3_MAX, "s8": INT8_MAX}
 
 
-def quantize_e4m3(values, axis: int | None = 1):
-    """(e4m3 values as uint8 bytes, float32 scales) of a float array [M, K] (numpy or cupy,
-    returned in kind). scales: [M, 1] for axis=1, [1, K] for axis=0, [] for axis=None."""
+def quantize(values, element: str = "e4m3", axis: int | None = 1):
+    """(8-bit values, float32 scales) of a float array [M, K] (numpy or cupy, returned in
+    kind): e4m3 as uint8 bytes, s8 as int8. scales: [M, 1] for axis=1, [1, K] for axis=0,
+    [] for axis=None."""
+    if element not in LARGEST:
+        raise ValueError(f"element {element!r} must be one of {tuple(LARGEST)}")
     xp = dtypes.array_module(values)
     host = np.asarray(values.get() if xp is not np else values, dtype=np.float32)
     if host.ndim != 2:
@@ -29,14 +35,30 @@ def quantize_e4m3(values, axis: int | None = 1):
     if not np.isfinite(host).all():
         raise ValueError("values must be finite to quantize (NaN or inf found)")
     amax = np.abs(host).max(axis=axis, keepdims=axis is not None)
-    scales = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)
-    quantized = (host / scales).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    scales = np.where(amax > 0, amax / LARGEST[element], 1.0).astype(np.float32)
+    scaled = host / scales
+    if element == "s8":
+        quantized = np.clip(np.rint(scaled), -INT8_MAX, INT8_MAX).astype(np.int8)
+    else:
+        quantized = scaled.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
     return (xp.asarray(quantized), xp.asarray(scales)) if xp is not np else (quantized, scales)
 
 
-def decode_e4m3(quantized, scales=1.0):
-    """float32 values of e4m3 bytes (uint8, numpy or cupy) times their scales: the
-    dequantized operand a reference multiplies."""
+def decode(quantized, element: str = "e4m3", scales=1.0):
+    """float32 values of 8-bit data (e4m3 uint8 bytes or int8, numpy or cupy) times their
+    scales: the dequantized operand a reference multiplies."""
     xp = dtypes.array_module(quantized)
+    if element == "s8":
+        return quantized.astype(xp.float32) * scales
     table = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
     return xp.asarray(table)[quantized] * scales
+
+
+def quantize_e4m3(values, axis: int | None = 1):
+    """quantize(values, "e4m3", axis)."""
+    return quantize(values, "e4m3", axis)
+
+
+def decode_e4m3(quantized, scales=1.0):
+    """decode(quantized, "e4m3", scales)."""
+    return decode(quantized, "e4m3", scales)

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Issue 15, first GPU check (GPU machine): the sm90 e4m3 kernels through the plan layer
-(the library's calls do not take fp8 yet). A 2:4 weight quantized to e4m3 with one scale,
-activations e4m3 with one scale, bf16 out (alpha = the product of the scales); checked
-against the dequantized operands' product in float32, then timed against dense fp8
-(torch._scaled_mm) and cuSPARSELt fp8, kernel-only, in the same process.
-fp8 data lives in uint8 CuPy arrays (torch views them as float8_e4m3fn). Run from the
-repository root."""
+"""Issue 15 (GPU machine): candidate tiles of the sm90 8-bit catalogs, through the plan
+layer. fp8 (default): a 2:4 weight quantized to e4m3 with one scale, activations e4m3
+with one scale, bf16 out (alpha = the product of the scales); checked against the
+dequantized operands' product in float32, then timed against dense fp8
+(torch._scaled_mm) and cuSPARSELt fp8, kernel-only, in the same process. `--dtype s8`:
+int8 operands, int32 out (the raw accumulator), checked exactly, against torch._int_mm
+and cuSPARSELt int8. fp8 data lives in uint8 CuPy arrays (torch views them as
+float8_e4m3fn). Run from the repository root."""
 import dataclasses
 import sys
 from pathlib import Path
@@ -17,13 +18,13 @@ import cupy  # noqa: E402
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse import reference  # noqa: E402
 from cutlass_sparse.build import warmup  # noqa: E402
-from cutlass_sparse.cli import bench_fp8  # noqa: E402
+from cutlass_sparse.cli import bench_quantized  # noqa: E402
 from cutlass_sparse.describe import dtypes  # noqa: E402
 from cutlass_sparse.describe import catalog  # noqa: E402
 from cutlass_sparse.describe.description import CompressorConfig  # noqa: E402
 from cutlass_sparse.describe.problem import Epilogue, Problem  # noqa: E402
 from cutlass_sparse.formats.matrices import SparseMatrix  # noqa: E402
-from cutlass_sparse.formats.quantize import decode_e4m3, quantize_e4m3  # noqa: E402
+from cutlass_sparse.formats.quantize import decode, decode_e4m3, quantize, quantize_e4m3  # noqa: E402
 from cutlass_sparse.launch import sm90_compress  # noqa: E402
 from cutlass_sparse.plan import plans  # noqa: E402
 
@@ -47,7 +48,21 @@ SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 51
           (4096, 32, 4096), (14336, 16, 4096)]
 
 
+def cand_s8(tb, cluster, schedule):
+    """A candidate tile of the int8 catalog's kind (s8 in, int32 out, x K-major)."""
+    return catalog.load("sm90_s8").config((tb, (4, 1, 1), 0, cluster, schedule, "persistent"), "s8", "s32",
+                                          "col", 16, 4)
+
+
+# The fp8 candidates' tiles (same bytes per element), and cuSPARSELt's 16-bit large tile.
+CANDIDATES_S8 = [cand_s8(c.threadblock, c.cluster, c.schedule) for c in CANDIDATES if c.fast_accum] + [
+    cand_s8((256, 128, 128), (1, 2, 1), "cooperative"), cand_s8((128, 256, 128), (1, 2, 1), "cooperative")]
+LLM_SHAPES = [(4096, 512, 14336), (14336, 512, 4096), (28672, 4096, 8192), (4096, 64, 14336), (14336, 8, 4096)]
+
+
 def main():
+    if sys.argv[1:] == ["--dtype", "s8"]:
+        return main_s8()
     items = [(c, "sm_90a") for c in CANDIDATES + SCALED] + [(CompressorConfig("e4m3"), "sm_90a")]
     print(warmup.compile_all(items, None, 16), flush=True)
     rng = cupy.random.default_rng(0)
@@ -61,7 +76,7 @@ def main():
         ref = decode_e4m3(wq, w_scale) @ decode_e4m3(xq, x_scale).T
         flops = 2.0 * m * n * k
         print(f"\n{m}x{n}x{k}", flush=True)
-        for name, run in bench_fp8.peers(wq, xq).items():
+        for name, run in bench_quantized.peers(wq, xq, "e4m3").items():
             ms = reference.kernel_median_ms(run)
             print(f"  {name:24s} {ms * 1e3:8.1f} us {flops / ms / 1e9:7.0f} TFLOP/s", flush=True)
         problem = Problem.contiguous("sm90", m, n, k, element="e4m3", element_out="bf16", layout_b="col")
@@ -114,6 +129,39 @@ def scaled_check(w, rng, m, n, k, quantized, d):
                   f"rel err {err:.1e} {'ok' if err < 2e-2 else 'FAIL'}", flush=True)
         except Exception as exc:   # noqa: BLE001
             print(f"  ours scaled {config.name}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+
+
+def main_s8():
+    items = [(c, "sm_90a") for c in CANDIDATES_S8] + [(CompressorConfig("s8"), "sm_90a")]
+    print(warmup.compile_all(items, None, 16), flush=True)
+    rng = cupy.random.default_rng(0)
+    for m, n, k in SHAPES + LLM_SHAPES:
+        w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32))
+        wq, _ = quantize(w, "s8", axis=1)
+        xq, _ = quantize(rng.standard_normal((n, k), dtype=cupy.float32), "s8", axis=1)   # x.T: [K, N]
+        values, metadata = sm90_compress.compress(wq, "s8", 128)
+        sw = SparseMatrix((m, k), cupy.dtype(cupy.int8), values, metadata, "sm90", 128)
+        exact = (decode(wq, "s8") @ decode(xq, "s8").T).astype(cupy.int32)   # integer sums far below 2^24
+        flops = 2.0 * m * n * k
+        print(f"\n{m}x{n}x{k}", flush=True)
+        for name, run in bench_quantized.peers(wq, xq, "s8").items():
+            ms = reference.kernel_median_ms(run)
+            print(f"  {name:24s} {ms * 1e3:8.1f} us {flops / ms / 1e9:7.0f} TFLOP/s", flush=True)
+        problem = Problem.contiguous("sm90", m, n, k, element="s8", element_out="s32", layout_b="col")
+        d = cupy.empty((m, n), dtype=cupy.int32)
+        for config in CANDIDATES_S8:
+            try:
+                plan = plans.make(problem, config)
+                d.fill(0)
+                plan.launch_direct(sw, xq.data.ptr, d.data.ptr)
+                wrong = int((d != exact).sum())
+                ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, xq.data.ptr, d.data.ptr))
+                tb = "x".join(map(str, config.threadblock))
+                print(f"  ours {tb:11} c{config.cluster[0]}x{config.cluster[1]} {config.schedule[:4]} "
+                      f"{ms * 1e3:8.1f} us {flops / ms / 1e9:7.0f} TFLOP/s  wrong {wrong} "
+                      f"{'ok' if wrong == 0 else 'FAIL'}", flush=True)
+            except Exception as exc:   # noqa: BLE001 - a sweep reports and goes on
+                print(f"  ours {config.name}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
 
 
 if __name__ == "__main__":

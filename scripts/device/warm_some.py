@@ -15,7 +15,7 @@ def main():
     from cutlass_sparse.describe.problem import Problem
 
     items = [(c, "sm_90a") for c in sweep_fp8.CANDIDATES + sweep_fp8.SCALED]
-    problems = gpu_cases.fp8_problems(bench=True) + [gpu_cases.linear_problem(4096, n, 4096) for n in range(1, 1025)]
+    problems = gpu_cases.quantized_problems(bench=True) + [gpu_cases.linear_problem(4096, n, 4096) for n in range(1, 1025)]
     problems += [Problem.contiguous("sm90", 128, 64, 128, layout_b="row"), gpu_cases.linear_problem(128, 64, 128)]
     items = list(dict.fromkeys(items + gpu_cases.planned_configs(problems)))
     results = warmup.compile_all(items, None, 16)

@@ -1,0 +1,223 @@
+"""8-bit 2:4 weights on Hopper (issue 15), fp8 (e4m3) or int8: quantize a weight with one
+scale per output feature and compress it; quantize activations with one scale per token;
+a Linear layer whose kernel applies both scales in its epilogue:
+
+    sw = cs.quantize_fp8(w)                        # w [features, K], 2:4; sw.scales [features]
+    xq, x_scales = cs.quantize_activations_fp8(x)  # x [tokens, K] -> e4m3 bytes, scales [tokens]
+    y = cs.linear_fp8(xq, x_scales, sw)            # [tokens, features] bf16 = act(x @ w.T)
+
+and the same with quantize_int8 / quantize_activations_int8 / linear_int8, whose output
+may also be int8 (requantized: y / out_scale, rounded and saturated) or int32 (the raw
+accumulator xq @ wq.T, exact, no scales).
+
+Checked on the H100 against the dequantized operands' product (tests/test_gpu_fp8.py,
+tests/test_gpu_int8.py, scripts/device/sweep_fp8.py). fp8 kernels accumulate with
+CUTLASS's fast-accumulation schedules (catalog sm90_fp8); int8 in int32 (sm90_s8). e4m3
+data travels as uint8 bytes (or torch.float8_e4m3fn tensors). CuPy input is quantized on
+the host (round to nearest even), torch input on the GPU with torch's own rounding.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..describe import dtypes
+from ..describe.problem import Epilogue, Problem
+from ..formats.matrices import SparseMatrix
+from ..formats.patterns import LAYOUT_SM90
+from ..formats.quantize import LARGEST, quantize
+from ..launch import device, sm90_compress
+from ..plan import plans
+from . import operands
+from .interop import is_torch, to_array, torch_stream
+
+# What each 8-bit type may write; the first is the default.
+OUT_DTYPES = {"e4m3": ("bf16", "f16", "f32"), "s8": ("bf16", "f16", "f32", "s8", "s32")}
+_NAMES = {"e4m3": "fp8", "s8": "int8"}
+
+
+def _torch_dtype(element: str):
+    import torch
+
+    return {"e4m3": torch.float8_e4m3fn, "s8": torch.int8, "bf16": torch.bfloat16, "f16": torch.float16,
+            "f32": torch.float32, "s32": torch.int32}[element]
+
+
+def _data(x, element: str, what: str):
+    """A CuPy view of 8-bit data: e4m3 as uint8 bytes (uint8 or ml_dtypes.float8_e4m3fn
+    arrays, torch float8_e4m3fn or uint8 tensors), int8 as int8."""
+    if is_torch(x):
+        import torch
+
+        if element == "e4m3" and x.dtype in (torch.float8_e4m3fn, torch.uint8):
+            return to_array(x.view(torch.uint8))
+        if element == "s8" and x.dtype == torch.int8:
+            return to_array(x)
+        raise TypeError(f"{what} must be a {_torch_dtype(element)} tensor, got {x.dtype}")
+    array = operands.as_device_array(x, what)
+    if element == "e4m3" and array.dtype in (np.uint8, dtypes.float8_e4m3):
+        return array.view(np.uint8)
+    if element == "s8" and array.dtype == np.int8:
+        return array
+    wanted = "e4m3 bytes (uint8 or ml_dtypes.float8_e4m3fn)" if element == "e4m3" else "int8"
+    raise TypeError(f"{what} must hold {wanted}, got {array.dtype}")
+
+
+def quantize_weight(w, element: str) -> SparseMatrix:
+    """A 2:4 weight [features, K] (fp16, bf16 or fp32; CuPy or torch, on the GPU) quantized
+    to `element` (e4m3 or s8) with one float32 scale per row (sw.scales, [features]) and
+    compressed for the sm90 kernels."""
+    import cupy
+
+    array = to_array(w) if is_torch(w) else operands.as_device_array(w, "w")
+    if array.ndim != 2 or array.dtype.kind not in "fV":
+        raise ValueError(f"w must be a 2-D floating-point [features, K] array, got {array.dtype} {tuple(array.shape)}")
+    m, k = array.shape
+    if k % 16:
+        raise ValueError(f"w has K = {k}: the sm90 layout needs K a multiple of 16")
+    values = dtypes.to_float32(array)
+    if int((values.reshape(m, k // 4, 4) != 0).sum(axis=-1).max()) > 2:
+        raise ValueError("w is not 2:4 sparse (more than two nonzeros in a group of four along K): "
+                         "prune it first (cs.prune_2to4)")
+    quantized, scales = quantize(values, element, axis=1)
+    kept, metadata = sm90_compress.compress(cupy.ascontiguousarray(quantized), element, 128)
+    dtype = dtypes.float8_e4m3 if element == "e4m3" else np.dtype(np.int8)
+    return SparseMatrix((m, k), dtype, kept, metadata, LAYOUT_SM90, 128, scales=cupy.ascontiguousarray(scales.ravel()))
+
+
+def quantize_activations(x, element: str):
+    """(8-bit values [tokens, K], float32 scales [tokens]) of activations x [tokens, K]: one
+    scale per token, its largest magnitude onto the type's largest value. torch tensors
+    stay on the GPU (torch's cast) and come back as torch tensors."""
+    if is_torch(x):
+        import torch
+
+        if x.dim() != 2:
+            raise ValueError(f"x must be 2-D [tokens, K], got shape {tuple(x.shape)}")
+        amax = x.abs().amax(dim=1, keepdim=True).float()
+        scales = torch.where(amax > 0, amax / LARGEST[element], torch.ones_like(amax))
+        scaled = x.float() / scales
+        if element == "s8":
+            scaled = scaled.round().clamp(-LARGEST["s8"], LARGEST["s8"])
+        return scaled.to(_torch_dtype(element)).contiguous(), scales.reshape(-1).contiguous()
+    array = operands.as_device_array(x, "x")
+    if array.ndim != 2:
+        raise ValueError(f"x must be 2-D [tokens, K], got shape {tuple(array.shape)}")
+    quantized, scales = quantize(dtypes.to_float32(array), element, axis=1)
+    return quantized, scales.ravel()
+
+
+def _out_array(out, n: int, m: int, out_dtype: str):
+    """(what the caller gets, its device pointer) for a caller's out: contiguous [n, m]."""
+    d = to_array(out) if is_torch(out) else operands.as_device_array(out, "out")
+    item = dtypes.numpy_dtype(out_dtype).itemsize
+    if d.shape != (n, m) or d.dtype != dtypes.numpy_dtype(out_dtype) or d.strides != (m * item, item):
+        raise ValueError(f"out must be a contiguous [{n}, {m}] {out_dtype} array, got {d.dtype} "
+                         f"{tuple(d.shape)} with strides {d.strides}")
+    return out, d.data.ptr
+
+
+def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "identity", out_dtype: str | None = None,
+                     out_scale: float = 1.0, out=None, info: dict | None = None):
+    """activation(dequant(xq) @ dequant(sw).T) / out_scale: [tokens, features] of out_dtype,
+    one launch; an int32 out_dtype is the raw xq @ wq.T (no scales, x_scales may be None).
+
+    xq: 8-bit [tokens, K], row-major, of sw's type; x_scales: float32 [tokens]. The
+    kernel computes D = act(s_w[f] * s_x[t] * acc / out_scale) as [features, tokens]
+    column-major, which is the [tokens, features] result in place. out: a contiguous
+    [tokens, features] array of out_dtype to write (else one is made). Runs on torch's
+    current stream for torch input (torch out), else CuPy's. `info`, if a dict, receives
+    the kernel's name."""
+    import cupy
+
+    element = getattr(sw, "element", None)
+    if not isinstance(sw, SparseMatrix) or element not in OUT_DTYPES or sw.scales is None:
+        raise TypeError("sw must be a quantized SparseMatrix from cs.quantize_fp8 or cs.quantize_int8")
+    allowed = OUT_DTYPES[element]
+    out_dtype = allowed[0] if out_dtype is None else dtypes.parse(out_dtype)
+    if out_dtype not in allowed:
+        raise ValueError(f"out_dtype {out_dtype!r}: {_NAMES[element]} weights give one of {allowed}")
+    raw = out_dtype == "s32"
+    if raw and (activation != "identity" or out_scale != 1.0):
+        raise ValueError("out_dtype 's32' is the raw integer accumulator: no activation, no out_scale")
+    if not (np.isfinite(out_scale) and out_scale > 0):
+        raise ValueError(f"out_scale must be a positive finite number, got {out_scale!r}")
+    torch_in = is_torch(xq)
+    x = _data(xq, element, "xq")
+    m, k = sw.shape
+    if x.ndim != 2 or x.shape[1] != k or x.strides != (k, 1):
+        raise ValueError(f"xq must be a contiguous [tokens, {k}] array, got shape {tuple(x.shape)}, "
+                         f"strides {x.strides}")
+    n = x.shape[0]
+    scale_ptrs = (0, 0)
+    if not raw:
+        scales = to_array(x_scales) if is_torch(x_scales) else operands.as_device_array(x_scales, "x_scales")
+        if scales.shape != (n,) or scales.dtype != np.float32 or scales.strides != (4,):
+            raise ValueError(f"x_scales must be a contiguous float32 [{n}] array (one per token), "
+                             f"got {scales.dtype} {tuple(scales.shape)}")
+        scale_ptrs = (sw.scales.data.ptr, scales.data.ptr)
+    device_id = x.device.id
+    arch, sm_count = device.facts(device_id)
+    problem = Problem.contiguous("sm90", m, n, k, element=element, element_out=out_dtype, layout_b="col",
+                                 arch=arch, sm_count=sm_count, device_id=device_id, out_layout="col")
+    problem = dataclasses.replace(problem, epilogue=Epilogue(alpha=1.0 / out_scale, activation=activation,
+                                                             scales="none" if raw else "row_col"))
+    plan = plans.get(problem)
+    if not plan.direct:
+        raise ValueError(f"linear_{_NAMES[element]} runs in place only for now: K ({k}) a multiple of 16 and "
+                         f"features ({m}) a multiple of {16 // dtypes.numpy_dtype(out_dtype).itemsize}")
+    if info is not None:
+        info["config"] = plan.config.name
+    if out is not None:
+        y, d_ptr = _out_array(out, n, m, out_dtype)
+    elif torch_in:
+        import torch
+
+        y = torch.empty((n, m), dtype=_torch_dtype(out_dtype), device=xq.device)
+        d_ptr = y.data_ptr()
+    else:
+        y = cupy.empty((n, m), dtype=dtypes.numpy_dtype(out_dtype))
+        d_ptr = y.data.ptr
+    stream = torch_stream(device_id) if torch_in else None
+    plan.launch_direct(sw, x.data.ptr, d_ptr, stream, scales=scale_ptrs)
+    return y
+
+
+def quantize_fp8(w) -> SparseMatrix:
+    """quantize_weight(w, "e4m3"): e4m3 values, one float32 scale per output feature."""
+    return quantize_weight(w, "e4m3")
+
+
+def quantize_int8(w) -> SparseMatrix:
+    """quantize_weight(w, "s8"): symmetric int8 values, one float32 scale per output feature."""
+    return quantize_weight(w, "s8")
+
+
+def quantize_activations_fp8(x):
+    """quantize_activations(x, "e4m3"): (e4m3 bytes or float8_e4m3fn tensor, scales)."""
+    return quantize_activations(x, "e4m3")
+
+
+def quantize_activations_int8(x):
+    """quantize_activations(x, "s8"): (int8 [tokens, K], float32 scales [tokens])."""
+    return quantize_activations(x, "s8")
+
+
+def _check_element(sw, element: str) -> None:
+    if not isinstance(sw, SparseMatrix) or sw.element != element or sw.scales is None:
+        maker = "quantize_fp8" if element == "e4m3" else "quantize_int8"
+        raise TypeError(f"sw must be an {_NAMES[element]} SparseMatrix from cs.{maker}")
+
+
+def linear_fp8(xq, x_scales, sw: SparseMatrix, **kwargs):
+    """linear_quantized for an fp8 weight (cs.quantize_fp8): bf16 (default), f16 or f32 out."""
+    _check_element(sw, "e4m3")
+    return linear_quantized(xq, x_scales, sw, **kwargs)
+
+
+def linear_int8(xq, x_scales, sw: SparseMatrix, **kwargs):
+    """linear_quantized for an int8 weight (cs.quantize_int8): bf16 (default), f16, f32, int8
+    (requantized by out_scale) or int32 (raw) out."""
+    _check_element(sw, "s8")
+    return linear_quantized(xq, x_scales, sw, **kwargs)
