@@ -2,7 +2,7 @@ import pytest
 import dataclasses
 from cutlass_library.library import DataType, LayoutType, OpcodeClass
 
-from cutlass_sparse.describe import catalog, selection
+from cutlass_sparse.describe import catalog, dtypes, selection
 from cutlass_sparse.describe.description import SparseGemmConfig
 
 
@@ -163,3 +163,26 @@ def test_problem_is_its_own_plan_key():
     assert len({base, *others}) == len(others) + 1
     # alignment classes: what a pointer allows, capped at 16 bytes
     assert [alignment_class(p) for p in (0, 0x7f0000000100, 0x7f0000000102, 0x7f0000000108)] == [16, 16, 2, 8]
+
+
+def test_sm90_int8_kernels_accumulate_in_int32():
+    """catalog sm90_s8: int32 accumulation; an int32 D keeps the epilogue in int32 (exact
+    past float's 24 bits), scaled outputs compute in float; scales never write int32."""
+    import dataclasses
+
+    from cutlass_sparse.emit.registry import emit
+
+    fam = catalog.load("sm90_s8")
+    raw = fam.config(fam.tiles[0], "s8", "s32", "col", 16, 4)
+    source = emit(raw).source
+    assert "int32_t, TileShape, ClusterShape" in source                      # the mainloop's accumulator
+    assert "EpilogueTileAuto, int32_t, int32_t," in source
+    assert "LinearCombination<int32_t, int32_t, int32_t, float>" in source
+    scaled = dataclasses.replace(fam.config(fam.tiles[0], "s8", "s8", "col", 16, 16), scales="row_col", layout_c="col")
+    assert "EpilogueTileAuto, int32_t, float," in emit(scaled).source
+    with pytest.raises(ValueError, match="int32 output is the raw accumulator"):
+        dataclasses.replace(raw, scales="row_col")
+    with pytest.raises(ValueError, match="fast_accum: sm90 fp8 kernels only"):
+        dataclasses.replace(raw, fast_accum=True)
+    assert catalog.for_element("sm90", "s8") == "sm90_s8"
+    assert "s32" in dtypes.outputs_for("s8", "sm90") and "bf16" not in dtypes.outputs_for("s8", "sm80")

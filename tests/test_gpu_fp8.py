@@ -93,3 +93,27 @@ def test_fp8_inputs_are_checked():
         cs.linear_fp8(xq[:, :32], x_scales, sw)
     with pytest.raises(ValueError, match="not 2:4 sparse"):
         cs.quantize_fp8(cupy.ones((16, 64), dtype=cupy.float16))
+
+
+@pytest.mark.parametrize("shape", [(512, 256, 1024), (4096, 7, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_fp8_output_for_a_following_fp8_layer(shape):
+    """out_dtype e4m3: y / out_scale rounded to e4m3 (3 mantissa bits: within 2^-4 of each
+    normal value, so norm-wise too), saturated to +-448 rather than overflowing to NaN."""
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import E4M3_MAX, decode_e4m3, quantize_e4m3
+
+    m, n, k = shape
+    w = weight(m, k, seed=5)
+    sw = cs.quantize_fp8(w)
+    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
+    x = cupy.random.default_rng(n).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
+    xq, x_scales = cs.quantize_activations_fp8(x)
+    ref = dequantized_reference(sw, xq, x_scales, w_bytes)
+    out_scale = float(cupy.abs(ref).max()) / E4M3_MAX
+    y = cs.linear_fp8(xq, x_scales, sw, out_dtype="e4m3", out_scale=out_scale)
+    assert y.dtype == cupy.uint8 and y.shape == (n, m)
+    assert reference.relative_error(decode_e4m3(y, out_scale), ref) <= 2.0 ** -4
+    saturated = decode_e4m3(cs.linear_fp8(xq, x_scales, sw, out_dtype="e4m3", out_scale=out_scale / 4))
+    assert bool(cupy.isfinite(saturated).all()) and float(cupy.abs(saturated).max()) == E4M3_MAX

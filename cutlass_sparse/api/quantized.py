@@ -6,8 +6,9 @@ a Linear layer whose kernel applies both scales in its epilogue:
     xq, x_scales = cs.quantize_activations_fp8(x)  # x [tokens, K] -> e4m3 bytes, scales [tokens]
     y = cs.linear_fp8(xq, x_scales, sw)            # [tokens, features] bf16 = act(x @ w.T)
 
-and the same with quantize_int8 / quantize_activations_int8 / linear_int8, whose output
-may also be int8 (requantized: y / out_scale, rounded and saturated) or int32 (the raw
+and the same with quantize_int8 / quantize_activations_int8 / linear_int8. The output
+may also be 8-bit for a following quantized layer (e4m3 from fp8, int8 from int8:
+requantized, y / out_scale, rounded and saturated), or for int8 int32 (the raw
 accumulator xq @ wq.T, exact, no scales).
 
 Checked on the H100 against the dequantized operands' product (tests/test_gpu_fp8.py,
@@ -33,7 +34,7 @@ from . import operands
 from .interop import is_torch, to_array, torch_stream
 
 # What each 8-bit type may write; the first is the default.
-OUT_DTYPES = {"e4m3": ("bf16", "f16", "f32"), "s8": ("bf16", "f16", "f32", "s8", "s32")}
+OUT_DTYPES = {"e4m3": ("bf16", "f16", "f32", "e4m3"), "s8": ("bf16", "f16", "f32", "s8", "s32")}
 _NAMES = {"e4m3": "fp8", "s8": "int8"}
 
 
@@ -108,11 +109,22 @@ def quantize_activations(x, element: str):
     return quantized, scales.ravel()
 
 
+def _storage(element: str) -> np.dtype:
+    """The CuPy dtype an element is held in: e4m3 as its uint8 bytes (CuPy has no fp8)."""
+    return np.dtype(np.uint8) if element == "e4m3" else dtypes.numpy_dtype(element)
+
+
 def _out_array(out, n: int, m: int, out_dtype: str):
     """(what the caller gets, its device pointer) for a caller's out: contiguous [n, m]."""
-    d = to_array(out) if is_torch(out) else operands.as_device_array(out, "out")
+    if is_torch(out):
+        import torch
+
+        d = to_array(out.view(torch.uint8) if out.dtype == torch.float8_e4m3fn else out)
+    else:
+        d = operands.as_device_array(out, "out")
     item = dtypes.numpy_dtype(out_dtype).itemsize
-    if d.shape != (n, m) or d.dtype != dtypes.numpy_dtype(out_dtype) or d.strides != (m * item, item):
+    if d.shape != (n, m) or d.dtype not in (_storage(out_dtype), dtypes.numpy_dtype(out_dtype)) \
+            or d.strides != (m * item, item):
         raise ValueError(f"out must be a contiguous [{n}, {m}] {out_dtype} array, got {d.dtype} "
                          f"{tuple(d.shape)} with strides {d.strides}")
     return out, d.data.ptr
@@ -177,7 +189,7 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
         y = torch.empty((n, m), dtype=_torch_dtype(out_dtype), device=xq.device)
         d_ptr = y.data_ptr()
     else:
-        y = cupy.empty((n, m), dtype=dtypes.numpy_dtype(out_dtype))
+        y = cupy.empty((n, m), dtype=_storage(out_dtype))
         d_ptr = y.data.ptr
     stream = torch_stream(device_id) if torch_in else None
     plan.launch_direct(sw, x.data.ptr, d_ptr, stream, scales=scale_ptrs)

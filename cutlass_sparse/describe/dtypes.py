@@ -78,10 +78,10 @@ def outputs_for(element: str, family: str = "sm80") -> tuple[str, ...]:
     """What the kernels may write for an operand type, the default first: the input type
     or f32 for 16-bit floats, f32 for tf32, int32 or int8 (clamped) for int8 (and on sm90,
     whose int8 kernels take scales, a dequantized 16-bit float or f32), a 16-bit float or
-    f32 for fp8 (e4m3)."""
+    f32 for fp8 (e4m3), or e4m3 again (scaled, for a following fp8 layer)."""
     if element == "s8" and family == "sm90":
         return ("s32", "s8", "bf16", "f16", "f32")
-    return {"s8": ("s32", "s8"), "tf32": ("f32",), "e4m3": ("bf16", "f16", "f32")}.get(element, (element, "f32"))
+    return {"s8": ("s32", "s8"), "tf32": ("f32",), "e4m3": ("bf16", "f16", "f32", "e4m3")}.get(element, (element, "f32"))
 
 
 def numpy_dtype(name: str) -> np.dtype:

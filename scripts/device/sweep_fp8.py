@@ -40,12 +40,17 @@ CANDIDATES = [cand((128, 256, 128), (2, 1, 1), "cooperative"), cand((128, 128, 1
               # tile K 256: the bytes of fp16's K 128 tiles (the metadata atom stays 64 x 128)
               cand((128, 128, 256), (1, 2, 1), "cooperative"), cand((64, 64, 256), (4, 1, 1), "pingpong"),
               cand((64, 32, 256), (4, 1, 1), "pingpong"),
+              # for 128 tokens at M = 4096 (the weak row: 4096x128x4096 at 0.78x dense with the catalog)
+              cand((64, 128, 256), (2, 1, 1), "pingpong"), cand((64, 128, 256), (1, 1, 1), "pingpong"),
+              cand((64, 64, 256), (1, 1, 1), "pingpong"),
               # the precise mainloop (a second accumulator), for the cost of fast accumulation
               dataclasses.replace(cand((128, 128, 128), (1, 2, 1), "cooperative"), fast_accum=False)]
 # Per-row weight scales and per-token activation scales in the epilogue (scales "row_col").
 SCALED = [dataclasses.replace(CANDIDATES[0], scales="row_col"), dataclasses.replace(CANDIDATES[4], scales="row_col")]
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 512, 4096), (4096, 128, 4096),
           (4096, 32, 4096), (14336, 16, 4096)]
+# `--shapes small`: the fp8 rows at 128 tokens and below only (a shorter run)
+SMALL = [(4096, 128, 4096), (14336, 128, 4096), (4096, 64, 14336), (6144, 128, 4096)]
 
 
 def cand_s8(tb, cluster, schedule):
@@ -61,12 +66,23 @@ LLM_SHAPES = [(4096, 512, 14336), (14336, 512, 4096), (28672, 4096, 8192), (4096
 
 
 def main():
-    if sys.argv[1:] == ["--dtype", "s8"]:
-        return main_s8()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="e4m3", choices=["e4m3", "s8", "both"], help="both: s8, then e4m3")
+    parser.add_argument("--fp8-shapes", default="all", choices=["all", "small"], help="small: n <= 128 rows only")
+    args = parser.parse_args()
+    if args.dtype in ("s8", "both"):
+        main_s8()
+    if args.dtype in ("e4m3", "both"):
+        main_fp8(SMALL if args.fp8_shapes == "small" else SHAPES)
+
+
+def main_fp8(shapes):
     items = [(c, "sm_90a") for c in CANDIDATES + SCALED] + [(CompressorConfig("e4m3"), "sm_90a")]
     print(warmup.compile_all(items, None, 16), flush=True)
     rng = cupy.random.default_rng(0)
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32))
         wq, w_scale = quantize_e4m3(w, axis=None)
         xq, x_scale = quantize_e4m3(rng.standard_normal((n, k), dtype=cupy.float32), axis=None)   # x.T: [K, N]
