@@ -117,3 +117,24 @@ def test_fp8_output_for_a_following_fp8_layer(shape):
     assert reference.relative_error(decode_e4m3(y, out_scale), ref) <= 2.0 ** -4
     saturated = decode_e4m3(cs.linear_fp8(xq, x_scales, sw, out_dtype="e4m3", out_scale=out_scale / 4))
     assert bool(cupy.isfinite(saturated).all()) and float(cupy.abs(saturated).max()) == E4M3_MAX
+
+
+def test_one_scale_for_all_tokens():
+    """x_scales as one number (a static per-tensor scale): folded into the epilogue's
+    scalar, with the weight's per-row scales still applied."""
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import decode_e4m3, quantize_e4m3
+
+    m, n, k = 512, 256, 1024
+    w = weight(m, k, seed=9)
+    sw = cs.quantize_fp8(w)
+    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
+    x = cupy.random.default_rng(3).standard_normal((n, k), dtype=cupy.float32)
+    xq, x_scale = quantize_e4m3(x, axis=None)
+    y = cs.linear_fp8(xq, float(x_scale), sw)
+    ref = decode_e4m3(xq, float(x_scale)) @ decode_e4m3(w_bytes, sw.scales[:, None]).T
+    assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]
+    with pytest.raises(ValueError, match="positive finite number"):
+        cs.linear_fp8(xq, -1.0, sw)

@@ -135,8 +135,9 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
     """activation(dequant(xq) @ dequant(sw).T) / out_scale: [tokens, features] of out_dtype,
     one launch; an int32 out_dtype is the raw xq @ wq.T (no scales, x_scales may be None).
 
-    xq: 8-bit [tokens, K], row-major, of sw's type; x_scales: float32 [tokens]. The
-    kernel computes D = act(s_w[f] * s_x[t] * acc / out_scale) as [features, tokens]
+    xq: 8-bit [tokens, K], row-major, of sw's type; x_scales: float32 [tokens], or one
+    number for the whole tensor (folded into the epilogue's scalar). The kernel computes
+    D = act(s_w[f] * s_x[t] * acc / out_scale) as [features, tokens]
     column-major, which is the [tokens, features] result in place. out: a contiguous
     [tokens, features] array of out_dtype to write (else one is made). Runs on torch's
     current stream for torch input (torch out), else CuPy's. `info`, if a dict, receives
@@ -162,8 +163,12 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
         raise ValueError(f"xq must be a contiguous [tokens, {k}] array, got shape {tuple(x.shape)}, "
                          f"strides {x.strides}")
     n = x.shape[0]
-    scale_ptrs = (0, 0)
-    if not raw:
+    scale_ptrs, alpha = (0, 0), 1.0 / out_scale
+    if not raw and isinstance(x_scales, (int, float, np.floating, np.integer)) and not isinstance(x_scales, bool):
+        if not (np.isfinite(x_scales) and x_scales > 0):
+            raise ValueError(f"x_scales, as one per-tensor scale, must be a positive finite number, got {x_scales!r}")
+        scale_ptrs, alpha = (sw.scales.data.ptr, 0), float(x_scales) / out_scale   # a null column pointer reads 1
+    elif not raw:
         scales = to_array(x_scales) if is_torch(x_scales) else operands.as_device_array(x_scales, "x_scales")
         if scales.shape != (n,) or scales.dtype != np.float32 or scales.strides != (4,):
             raise ValueError(f"x_scales must be a contiguous float32 [{n}] array (one per token), "
@@ -173,7 +178,7 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
     arch, sm_count = device.facts(device_id)
     problem = Problem.contiguous("sm90", m, n, k, element=element, element_out=out_dtype, layout_b="col",
                                  arch=arch, sm_count=sm_count, device_id=device_id, out_layout="col")
-    problem = dataclasses.replace(problem, epilogue=Epilogue(alpha=1.0 / out_scale, activation=activation,
+    problem = dataclasses.replace(problem, epilogue=Epilogue(alpha=alpha, activation=activation,
                                                              scales="none" if raw else "row_col"))
     plan = plans.get(problem)
     if not plan.direct:
