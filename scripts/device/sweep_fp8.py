@@ -43,6 +43,8 @@ CANDIDATES = [cand((128, 256, 128), (2, 1, 1), "cooperative"), cand((128, 128, 1
               # for 128 tokens at M = 4096 (the weak row: 4096x128x4096 at 0.78x dense with the catalog)
               cand((64, 128, 256), (2, 1, 1), "pingpong"), cand((64, 128, 256), (1, 1, 1), "pingpong"),
               cand((64, 64, 256), (1, 1, 1), "pingpong"),
+              # the int8 sweep's large-shape winner (docs/sweep_int8_h100.log), and its 1x2 sibling
+              cand((256, 128, 128), (1, 2, 1), "cooperative"), cand((128, 256, 128), (1, 2, 1), "cooperative"),
               # the precise mainloop (a second accumulator), for the cost of fast accumulation
               dataclasses.replace(cand((128, 128, 128), (1, 2, 1), "cooperative"), fast_accum=False)]
 # Per-row weight scales and per-token activation scales in the epilogue (scales "row_col").
@@ -60,8 +62,7 @@ def cand_s8(tb, cluster, schedule):
 
 
 # The fp8 candidates' tiles (same bytes per element), and cuSPARSELt's 16-bit large tile.
-CANDIDATES_S8 = [cand_s8(c.threadblock, c.cluster, c.schedule) for c in CANDIDATES if c.fast_accum] + [
-    cand_s8((256, 128, 128), (1, 2, 1), "cooperative"), cand_s8((128, 256, 128), (1, 2, 1), "cooperative")]
+CANDIDATES_S8 = [cand_s8(c.threadblock, c.cluster, c.schedule) for c in CANDIDATES if c.fast_accum]
 LLM_SHAPES = [(4096, 512, 14336), (14336, 512, 4096), (28672, 4096, 8192), (4096, 64, 14336), (14336, 8, 4096)]
 
 
@@ -71,9 +72,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="e4m3", choices=["e4m3", "s8", "both"], help="both: s8, then e4m3")
     parser.add_argument("--fp8-shapes", default="all", choices=["all", "small"], help="small: n <= 128 rows only")
+    parser.add_argument("--s8-shapes", default="all", choices=["all", "n8"],
+                        help="n8: 14336x8x4096 alone, each step named first (run with CUDA_LAUNCH_BLOCKING=1)")
     args = parser.parse_args()
     if args.dtype in ("s8", "both"):
-        main_s8()
+        main_s8([(14336, 8, 4096)] if args.s8_shapes == "n8" else SHAPES + LLM_SHAPES, args.s8_shapes == "n8")
     if args.dtype in ("e4m3", "both"):
         main_fp8(SMALL if args.fp8_shapes == "small" else SHAPES)
 
@@ -147,29 +150,37 @@ def scaled_check(w, rng, m, n, k, quantized, d):
             print(f"  ours scaled {config.name}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
 
 
-def main_s8():
+def main_s8(shapes, verbose=False):
     items = [(c, "sm_90a") for c in CANDIDATES_S8] + [(CompressorConfig("s8"), "sm_90a")]
     print(warmup.compile_all(items, None, 16), flush=True)
     rng = cupy.random.default_rng(0)
-    for m, n, k in SHAPES + LLM_SHAPES:
+    step = (lambda what: print(f"  step: {what}", flush=True)) if verbose else (lambda what: None)
+    for m, n, k in shapes:
         w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32))
         wq, _ = quantize(w, "s8", axis=1)
         xq, _ = quantize(rng.standard_normal((n, k), dtype=cupy.float32), "s8", axis=1)   # x.T: [K, N]
+        step("compress")
         values, metadata = sm90_compress.compress(wq, "s8", 128)
         sw = SparseMatrix((m, k), cupy.dtype(cupy.int8), values, metadata, "sm90", 128)
+        step("reference")
         exact = (decode(wq, "s8") @ decode(xq, "s8").T).astype(cupy.int32)   # integer sums far below 2^24
         flops = 2.0 * m * n * k
         print(f"\n{m}x{n}x{k}", flush=True)
+        step("peers")
         for name, run in bench_quantized.peers(wq, xq, "s8").items():
+            step(name)
             ms = reference.kernel_median_ms(run)
             print(f"  {name:24s} {ms * 1e3:8.1f} us {flops / ms / 1e9:7.0f} TFLOP/s", flush=True)
         problem = Problem.contiguous("sm90", m, n, k, element="s8", element_out="s32", layout_b="col")
         d = cupy.empty((m, n), dtype=cupy.int32)
         for config in CANDIDATES_S8:
             try:
+                step(f"plan {config.name}")
                 plan = plans.make(problem, config)
                 d.fill(0)
+                step(f"launch (direct plan: {plan.direct})")
                 plan.launch_direct(sw, xq.data.ptr, d.data.ptr)
+                cupy.cuda.runtime.deviceSynchronize()
                 wrong = int((d != exact).sum())
                 ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, xq.data.ptr, d.data.ptr))
                 tb = "x".join(map(str, config.threadblock))
