@@ -71,14 +71,15 @@ def main():
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="e4m3", choices=["e4m3", "s8", "both"], help="both: s8, then e4m3")
-    parser.add_argument("--fp8-shapes", default="all", choices=["all", "small"], help="small: n <= 128 rows only")
+    parser.add_argument("--fp8-shapes", default="all", choices=["all", "small", "both"],
+                        help="all: issue 15's table; small: more rows at n <= 128; both")
     parser.add_argument("--s8-shapes", default="all", choices=["all", "n8"],
                         help="n8: 14336x8x4096 alone, each step named first (run with CUDA_LAUNCH_BLOCKING=1)")
     args = parser.parse_args()
     if args.dtype in ("s8", "both"):
         main_s8([(14336, 8, 4096)] if args.s8_shapes == "n8" else SHAPES + LLM_SHAPES, args.s8_shapes == "n8")
     if args.dtype in ("e4m3", "both"):
-        main_fp8(SMALL if args.fp8_shapes == "small" else SHAPES)
+        main_fp8({"all": SHAPES, "small": SMALL, "both": SHAPES + SMALL[1:]}[args.fp8_shapes])
 
 
 def main_fp8(shapes):
