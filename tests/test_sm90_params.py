@@ -49,3 +49,34 @@ def test_patched_copy_equals_a_setup_with_those_pointers():
     new = (0x7F00DEAD0000, 0x7F00BEEF0000, 0x10, 0x20, 0x30)
     assert bytes(sm90_params.patched(built, offsets, new)) == run_setup(new)
 
+
+
+def stale_setup(layout, stale_word):
+    """A setup whose Params padding (stale_word) holds what the previous setup left on the
+    stack: the previous call's pointer 0, as the H100's setups did with leftovers of
+    earlier kernels."""
+    previous = [0x1234]
+
+    def run_setup(pointers):
+        words = [7 * w + 1 for w in range(WORDS)]
+        for i, word in enumerate(layout):
+            words[word] = pointers[i]
+        words[stale_word] = previous[0]
+        previous[0] = pointers[0]
+        return struct.pack(f"<{WORDS}Q", *words)
+    return run_setup
+
+
+def test_stack_leftovers_in_padding_do_not_refuse_the_map():
+    layout = (8, 4, 11, 13, 20)
+    assert sm90_params.find_pointer_map(stale_setup(layout, 2), 5, 0x7F0000000000) == (64, 32, 88, 104, 160)
+
+
+def test_a_second_use_of_a_pointer_is_refused_even_among_leftovers():
+    def derived(pointers, inner=stale_setup((8, 4, 11, 13, 20), 2)):
+        words = list(struct.unpack(f"<{WORDS}Q", inner(pointers)))
+        words[17] = pointers[3] + 128     # e.g. an address derived from the pointer: always moves with it
+        return struct.pack(f"<{WORDS}Q", *words)
+
+    assert sm90_params.find_pointer_map(derived, 5, 0x7F0000000000) is None
+    assert "pointer 3" in sm90_params.failures[5]
