@@ -31,3 +31,13 @@ def shared_cache_path(tmp_path_factory):
     carried to the GPU machine), else a fresh file."""
     explicit = os.environ.get("CUTLASS_SPARSE_CACHE")
     return Path(explicit) if explicit else tmp_path_factory.mktemp("cache") / "compiled_cache.db"
+
+
+@pytest.fixture
+def needs_sm90():
+    """Skips a test unless the current GPU is compute capability 9.0 (the sm90 family's
+    kernels are compiled for sm_90a). Modules of sm90-only tests use it for every test."""
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family's kernels need a compute capability 9.0 GPU")

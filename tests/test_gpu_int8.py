@@ -13,18 +13,11 @@ import pytest
 
 import cutlass_sparse as cs
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_sm90")]
 # (features, tokens, K): a prefill block, a decode step (odd token count), small layers
 CASES = [(512, 256, 1024), (4096, 7, 4096), (256, 16, 256), (256, 16, 384)]   # 384: a K tile of 256 half filled
 TOLERANCE = {"bf16": 1e-2, "f16": 2e-3, "f32": 1e-5}
 
-
-@pytest.fixture(autouse=True)
-def needs_sm90():
-    import cupy
-
-    if cupy.cuda.Device().compute_capability != "90":
-        pytest.skip("int8 sm90 2:4 kernels need a compute capability 9.0 GPU")
 
 
 def operands(m, n, k, seed):

@@ -13,15 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_cases  # noqa: E402
 from test_gpu_matmul import check, poisoned, random_operands  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_sm90")]
 
-
-@pytest.fixture(autouse=True)
-def needs_sm90():
-    import cupy
-
-    if cupy.cuda.Device().compute_capability != "90":
-        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
 
 
 def operands(m, n, k, dtype, layout, seed):
