@@ -99,3 +99,15 @@ def test_scaled_fp8_gemm_compiles_with_its_own_setup_struct(shared_cache_path):
     assert cubin.kernel_param_bytes(compiled.cubin, f"{compiled.symbol}_setup") == SETUP_SCALED.dtype.itemsize
     with pytest.raises(ValueError, match="leaky_relu"):
         dataclasses.replace(config, activation="leaky_relu")
+
+
+def test_int8_gemm_compiles_with_int32_accumulation(shared_cache_path):
+    # catalog sm90_s8 (issue 15): int32 accumulation and, for an int32 D, int32 epilogue
+    # arithmetic; run on the H100 through cs.linear_int8 (tests/test_gpu_int8.py).
+    fam = catalog.load("sm90_s8")
+    tile = next(t for t in fam.tiles if t[0] == (64, 32, 256))   # the decode tile: the quickest compile
+    config = fam.config(tile, "s8", "s32", "col", 16, 4)
+    assert "int32_t, TileShape, ClusterShape" in emit(config).source
+    compiled = kernels.get(config, "sm_90a", KernelCache(shared_cache_path))
+    assert cubin.kernel_param_bytes(compiled.cubin, f"{compiled.symbol}_setup") == SETUP.dtype.itemsize
+    assert compiled.constants["threads"] == 384 and compiled.constants["params_bytes"] % 64 == 0
