@@ -192,7 +192,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
             (sm80_items if family == "sm80" else sm90_items).append(
                 selection_config(m, n, k, "f16", family, sm_count))
     sm90_items += [CompressorConfig("e4m3"), CompressorConfig("s8")]   # tests/test_gpu_fp8.py, test_gpu_int8.py
-    sweep = script("device/sweep_fp8.py")
+    sweep = script("device/sweep_8bit.py")
     sm90_items += sweep.CANDIDATES + sweep.SCALED + sweep.CANDIDATES_S8
     swept = planned_configs([any_shape_cases.problem_of(case, sm_count)
                              for family in ("sm80", "sm90") for case in any_shape_cases.cases(family)]

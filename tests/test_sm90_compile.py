@@ -68,7 +68,7 @@ def test_gemm_compiles_for_sm90a(shared_cache_path, scheduler):
 
 
 def test_e4m3_compressor_compiles_and_8_bit_x_must_be_k_major(shared_cache_path):
-    # Issue 15's first step: the sm90 kernels take e4m3 (scripts/device/sweep_fp8.py runs
+    # Issue 15's first step: the sm90 kernels take e4m3 (scripts/device/sweep_8bit.py runs
     # them on the GPU; the library's calls do not take fp8 yet). wgmma reads 8-bit
     # operands K-major only: a row-major x is refused at the configuration.
     import dataclasses

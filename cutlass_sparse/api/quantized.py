@@ -12,7 +12,7 @@ requantized, y / out_scale, rounded and saturated), or for int8 int32 (the raw
 accumulator xq @ wq.T, exact, no scales).
 
 Checked on the H100 against the dequantized operands' product (tests/test_gpu_fp8.py,
-tests/test_gpu_int8.py, scripts/device/sweep_fp8.py). fp8 kernels accumulate with
+tests/test_gpu_int8.py, scripts/device/sweep_8bit.py). fp8 kernels accumulate with
 CUTLASS's fast-accumulation schedules (catalog sm90_fp8); int8 in int32 (sm90_s8). e4m3
 data travels as uint8 bytes (or torch.float8_e4m3fn tensors). CuPy input is quantized on
 the host (round to nearest even), torch input on the GPU with torch's own rounding.

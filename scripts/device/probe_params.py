@@ -40,7 +40,7 @@ def main():
     print("descriptor at base:", " ".join(f"{int(w):#x}" for w in words))
     for delta in (16, 32, 1 << 20, 1 << 32, 1 << 40):
         diff(words, descriptor_words(base + delta), f"address + {delta:#x}")
-    from sweep_fp8 import CANDIDATES
+    from sweep_8bit import CANDIDATES
     config = CANDIDATES[1]
     scratch = cupy.zeros(1 << 24, dtype=cupy.uint8)
     start = (scratch.data.ptr + 4095) // 4096 * 4096

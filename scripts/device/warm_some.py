@@ -10,11 +10,11 @@ sys.path[:0] = [str(root), str(root / "tests"), str(root / "scripts" / "device")
 
 def main():
     import gpu_cases
-    import sweep_fp8
+    import sweep_8bit
     from cutlass_sparse.build import warmup
     from cutlass_sparse.describe.problem import Problem
 
-    items = [(c, "sm_90a") for c in sweep_fp8.CANDIDATES + sweep_fp8.SCALED]
+    items = [(c, "sm_90a") for c in sweep_8bit.CANDIDATES + sweep_8bit.SCALED]
     problems = gpu_cases.quantized_problems(bench=True) + [gpu_cases.linear_problem(4096, n, 4096) for n in range(1, 1025)]
     problems += [Problem.contiguous("sm90", 128, 64, 128, layout_b="row"), gpu_cases.linear_problem(128, 64, 128)]
     items = list(dict.fromkeys(items + gpu_cases.planned_configs(problems)))
