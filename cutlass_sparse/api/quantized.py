@@ -31,7 +31,7 @@ from ..formats.quantize import LARGEST, quantize
 from ..launch import device, sm90_compress
 from ..plan import plans
 from . import operands
-from .interop import is_torch, to_array, torch_stream
+from .interop import is_torch, to_array, torch_dtype, torch_stream
 
 # What each 8-bit type may write; the first is the default.
 OUT_DTYPES = {"e4m3": ("bf16", "f16", "f32", "e4m3"), "s8": ("bf16", "f16", "f32", "s8", "s32")}
@@ -39,10 +39,11 @@ _NAMES = {"e4m3": "fp8", "s8": "int8"}
 
 
 def _torch_dtype(element: str):
+    """The torch dtype of an element: interop's map, and e4m3 here (interop leaves fp8
+    out, so cs.matmul's torch path does not take it)."""
     import torch
 
-    return {"e4m3": torch.float8_e4m3fn, "s8": torch.int8, "bf16": torch.bfloat16, "f16": torch.float16,
-            "f32": torch.float32, "s32": torch.int32}[element]
+    return torch.float8_e4m3fn if element == "e4m3" else torch_dtype(dtypes.numpy_dtype(element))
 
 
 def _data(x, element: str, what: str):

@@ -14,15 +14,14 @@ from .description import SparseGemmConfig
 CATALOGS = {"sm80": ("sm80", "sm80_s8", "sm80_tf32"), "sm90": ("sm90", "sm90_fp8", "sm90_s8")}
 
 
+# Catalog files of an element type within its family (others use the family's own file).
+_BY_ELEMENT = {("sm80", "s8"): "sm80_s8", ("sm80", "tf32"): "sm80_tf32",
+               ("sm90", "e4m3"): "sm90_fp8", ("sm90", "s8"): "sm90_s8"}
+
+
 def for_element(family: str, element: str) -> str:
     """The catalog file that holds a family's kernels for an input element type."""
-    if family == "sm80" and element in ("s8", "tf32"):
-        return f"sm80_{element}"
-    if family == "sm90" and element == "e4m3":
-        return "sm90_fp8"
-    if family == "sm90" and element == "s8":
-        return "sm90_s8"
-    return family
+    return _BY_ELEMENT.get((family, element), family)
 
 
 @dataclass(frozen=True)
