@@ -91,8 +91,8 @@ def test_problem_for_a_new_n_is_the_full_paths(layout, out_kind, n0, n):
     with mock.patch.object(plans, "get", lambda problem: ("plan", problem)):
         x, out = operands_of(n)
         key = fast_key(attrs(x.shape, x.strides), None if out is None else attrs(out.shape, out.strides))
-        plan, derived = eager._for_n(("plan", seen), key)
-    assert derived == problem_for(x, out, n)
+        derived = eager._for_n(eager.Entry("plan", seen), key)
+    assert derived.problem == problem_for(x, out, n) and derived.out_shape == (M, n)
 
 
 def test_one_kernel_per_range_and_never_across_what_changes_it():
@@ -116,3 +116,67 @@ def test_selection_is_constant_over_each_range():
         for low, high in ((1, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 512), (2049, 4096)):
             choices = {selection.choose_sm90(m, n, k, 132) for n in range(low, high + 1, 7)}
             assert choices == {selection.choose_sm90(m, high, k, 132)}
+
+
+class CudaLike:
+    """A CPU torch tensor that answers as a CUDA tensor on device 0 at a 512-aligned address
+    (plus `offset` bytes): what the key functions read of a tensor."""
+
+    def __init__(self, tensor, offset=0):
+        self.t, self.offset = tensor, offset
+        self.shape, self.dtype, self.is_cuda = tensor.shape, tensor.dtype, True
+
+    def stride(self):
+        return self.t.stride()
+
+    def dim(self):
+        return self.t.dim()
+
+    def data_ptr(self):
+        return 0x7F0000000000 + self.offset
+
+    def get_device(self):
+        return 0
+
+    @property
+    def T(self):
+        return CudaLike(self.t.T, self.offset)
+
+
+@pytest.fixture
+def torch_sw():
+    torch = pytest.importorskip("torch")
+
+    class Values:   # stands in for cupy.ndarray in the weight's part of the key
+        class data:
+            device_id = 0
+
+    from cutlass_sparse.formats.matrices import SparseMatrix
+
+    with mock.patch.object(eager, "_ndarray", Values):
+        yield torch, SparseMatrix((M, K), F16, Values(), None, "sm90")
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 64, 100])
+def test_torch_keys_equal_the_full_paths(torch_sw, n):
+    """A torch call's key, made from the tensors without views, is the key cs.matmul makes
+    on CuPy views of what the full path ends up with: the out torch.empty gives, and for
+    cs.linear x.T and the D it allocates."""
+    torch, sw = torch_sw
+    x = CudaLike(torch.zeros(K, n, dtype=torch.float16))
+    allocated = CudaLike(torch.zeros(M, n, dtype=torch.float16))
+    assert eager.torch_key(sw, x, None, OPTIONS) == eager.torch_key(sw, x, allocated, OPTIONS) \
+        == fast_key(attrs((K, n), (n * 2, 2)), attrs((M, n), (n * 2, 2)))
+    assert eager.torch_key(sw, x, None, OPTIONS[:4] + ("f32",) + OPTIONS[5:]) is None   # allocated first
+    tokens = CudaLike(torch.zeros(n, K, dtype=torch.float16), offset=2)
+    key, col = eager.linear_key(tokens, sw, OPTIONS)
+    assert col == (n % 8 != 0)
+    d = CudaLike(torch.zeros(n, M, dtype=torch.float16).T if col else torch.zeros(M, n, dtype=torch.float16))
+    assert key == eager.torch_key(sw, tokens.T, d, OPTIONS)
+    assert key[4:9] == ((K, n), (2, K * 2), F16, 2, 0)
+
+
+def test_int8_keys_name_the_int32_output(torch_sw):
+    torch, sw = torch_sw
+    x = CudaLike(torch.zeros(K, 16, dtype=torch.int8))
+    assert eager.torch_key(sw, x, None, OPTIONS)[eager._OUT] == ((M, 16), (64, 4), np.dtype(np.int32), 0, 0)

@@ -14,10 +14,17 @@ has the device build Params for the rest of its N range on a side stream
 Only plain calls take it (a 2-D x, a SparseMatrix on the device, no c, bias, workspace,
 info or profiling); a call whose operands the api staged itself (a strided x, an out that
 is not row-major) is never remembered. A new profiler record empties it.
+
+torch calls build the same key from the tensors' attributes (no CuPy view): a call that
+went the full path is found by the next one. A torch call without `out` keys the [M, N]
+row-major output the library allocates (torch.empty) before allocating it, so a hit
+allocates only that; cs.linear keys its x.T and output without making either view.
 """
 from __future__ import annotations
 
 import threading
+
+import numpy as np
 
 from ..describe import dtypes, selection
 from ..describe.problem import Operand
@@ -27,11 +34,39 @@ from ..plan import records
 from . import interop, operands
 
 MAX_ENTRIES = 1024
-AHEAD = 256      # N values of a range whose Params are built ahead on its first new N
+AHEAD = 256        # N values of a range whose Params are built ahead on its first new N
+MAX_AHEAD = 4096   # plans built ahead for other N, in all classes together
 
-_entries: dict[tuple, tuple] = {}      # exact key -> (plan, problem)
-_classes: dict[tuple, tuple] = {}      # class key -> (plan, problem) of its latest call
-_ahead: set[tuple] = set()             # classes whose range was built ahead
+# A key's fields: head (4), x (5: shape, strides, dtype, align, device), options, out, bias.
+_X_SHAPE, _X_STRIDES, _OPTIONS, _OUT, _BIAS = 4, 5, 9, 10, 11
+_OUT_DTYPE = 4     # in options
+
+
+class Entry:
+    """A remembered call: its plan and Problem, D's [M, N] and its torch dtype (found on
+    the first torch call that allocates D)."""
+
+    __slots__ = ("plan", "problem", "out_shape", "torch_out")
+
+    def __init__(self, plan, problem):
+        self.plan, self.problem = plan, problem
+        self.out_shape = (problem.m, problem.n)
+        self.torch_out = None
+
+    def new_out(self, device, transposed: bool = False):
+        """A torch tensor for D: [M, N] row-major, or (transposed) [N, M], whose .T is D
+        column-major."""
+        import torch
+
+        if self.torch_out is None:
+            self.torch_out = interop.torch_dtype(dtypes.numpy_dtype(self.problem.element_out))
+        m, n = self.out_shape
+        return torch.empty((n, m) if transposed else (m, n), dtype=self.torch_out, device=device)
+
+
+_entries: dict[tuple, Entry] = {}      # exact key -> its entry
+_classes: dict[tuple, Entry] = {}      # class key -> the entry of its latest call
+_ahead: dict[tuple, dict] = {}         # class key -> {N: entry} built ahead for its range
 _lock = threading.Lock()
 _generation = records.generation
 _ndarray = None
@@ -58,15 +93,6 @@ def _cupy_attrs(array):
     return array.shape, array.strides, array.dtype, data.ptr & 15, data.device_id
 
 
-def torch_attrs(tensor):
-    """(shape, byte strides, NumPy dtype, address mod 16, device) of a 2-D CUDA tensor, or None."""
-    dtype = interop.numpy_dtype(tensor.dtype)
-    if dtype is None or not tensor.is_cuda or tensor.dim() != 2:
-        return None
-    item = dtype.itemsize
-    return tensor.shape, tuple(s * item for s in tensor.stride()), dtype, tensor.data_ptr() & 15, tensor.get_device()
-
-
 def key(sw, x, out, bias, options: tuple) -> tuple | None:
     """The fast key of a CuPy call, or None when the fast path does not take it."""
     head = _head(sw)
@@ -84,19 +110,59 @@ def key(sw, x, out, bias, options: tuple) -> tuple | None:
     return found
 
 
+def torch_attrs(tensor):
+    """(shape, byte strides, NumPy dtype, address mod 16, device) of a 2-D CUDA tensor, as
+    _cupy_attrs of a CuPy view of it, or None."""
+    dtype = interop.numpy_dtype(tensor.dtype)
+    if dtype is None or not tensor.is_cuda or tensor.dim() != 2:
+        return None
+    item = dtype.itemsize
+    s0, s1 = tensor.stride()
+    return tensor.shape, (s0 * item, s1 * item), dtype, tensor.data_ptr() & 15, tensor.get_device()
+
+
+_INT8, _INT32 = np.dtype(np.int8), np.dtype(np.int32)
+
+
+def _allocated_out(m: int, n: int, dtype, device: int, col: bool = False) -> tuple:
+    """The key part of a D the library allocates with torch.empty (row-major [M, N], or
+    col: [N, M] seen as its transpose): aligned, as every torch allocation is."""
+    out = _INT32 if dtype == _INT8 else dtype   # the default output type
+    item = out.itemsize
+    return (m, n), ((item, m * item) if col else (n * item, item)), out, 0, device
+
+
 def torch_key(sw, x, out, options: tuple) -> tuple | None:
-    """The same key for torch CUDA tensors (no bias), read off the tensors themselves: equal
-    to key() of CuPy views of them, so a call that went the full path is found here."""
+    """The key of a torch call, equal to key() of CuPy views of its tensors. out=None: the
+    key of the row-major D the caller (the torch wrapper) allocates on a hit, which needs
+    the default output type (None for another)."""
     head = _head(sw)
     x_attrs = None if head is None else torch_attrs(x)
-    out_attrs = None if out is None else torch_attrs(out)
-    if x_attrs is None or (out is not None and out_attrs is None):
+    if x_attrs is None:
+        return None
+    if out is not None:
+        out_attrs = torch_attrs(out)
+        if out_attrs is None:
+            return None
+    elif options[_OUT_DTYPE] is None:
+        out_attrs = _allocated_out(head[0][0], x_attrs[0][1], x_attrs[2], x_attrs[4])
+    else:
         return None
     return (*head, *x_attrs, options, out_attrs, None)
 
 
-# A key's fields: head (4), x (5: shape, strides, dtype, align, device), options, out, bias.
-_X_SHAPE, _X_STRIDES, _OPTIONS, _OUT, _BIAS = 4, 5, 9, 10, 11
+def linear_key(x, sw, options: tuple) -> tuple[tuple, bool] | None:
+    """(key, D column-major) of cs.linear(x, sw) on a torch [tokens, K] x: the key of the
+    matmul linear makes of it (sw @ x.T into the D it allocates, column-major for token
+    counts a row-major D cannot take in place); None where linear makes no such call."""
+    head = _head(sw)
+    x_attrs = None if head is None or head[2] != "sm90" or options[_OUT_DTYPE] is not None else torch_attrs(x)
+    if x_attrs is None:
+        return None
+    (n, k), (s0, s1), dtype, align, device = x_attrs
+    col = selection.linear_out_layout(n, dtype.itemsize) == "col"
+    return (*head, (k, n), (s1, s0), dtype, align, device, options,
+            _allocated_out(head[0][0], n, dtype, device, col), None), col
 
 
 def _compact(shape, strides, item) -> str | None:
@@ -138,28 +204,32 @@ def _with_n(problem, n: int):
     return problem.with_(n=n, x=x, out=out)
 
 
-def _for_n(entry: tuple, fast_key: tuple) -> tuple:
-    """The plan and Problem for a call of an entry's class with its own N."""
-    problem = _with_n(entry[1], fast_key[_X_SHAPE][1])
-    return plans.get(problem), problem
+def _for_n(entry: Entry, fast_key: tuple) -> Entry:
+    """The entry for a call of an entry's class with its own N."""
+    problem = _with_n(entry.problem, fast_key[_X_SHAPE][1])
+    return Entry(plans.get(problem), problem)
 
 
-def _build_ahead(entry: tuple, klass: tuple | None) -> None:
+def _build_ahead(entry: Entry, klass: tuple | None) -> None:
     """A class's first call has the device build Params for the rest of its N range (sm90),
-    so the range's other N launch the GEMM alone."""
-    plan, problem = entry
+    so the range's other N launch the GEMM alone; their plans are kept for them."""
+    plan, problem = entry.plan, entry.problem
     if klass is None or plan.family != "sm90" or klass in _ahead:
         return
-    _ahead.add(klass)
     n = problem.n
     top = selection.n_range(n)
     others = [v for v in range(1 if top == 16 else top // 2 + 1, top + 1)
               if v != n and (v % 8 == 0) == (n % 8 == 0) and (v == 1) == (n == 1)]
-    plan.build_ahead([_with_n(problem, v) for v in others[:AHEAD]])
+    problems = [_with_n(problem, v) for v in others[:AHEAD]]
+    built = plan.build_ahead(problems)
+    with _lock:
+        if sum(map(len, _ahead.values())) + len(built) > MAX_AHEAD:
+            _ahead.clear()
+        _ahead[klass] = {p.n: Entry(built[p.n], p) for p in problems if p.n in built}
 
 
-def lookup(fast_key: tuple):
-    """The (plan, problem) for a key: remembered, else made from its class's, else None."""
+def lookup(fast_key: tuple) -> Entry | None:
+    """The entry for a key: remembered, else made from its class's, else None."""
     global _generation
     if _generation != records.generation:
         with _lock:
@@ -174,12 +244,12 @@ def lookup(fast_key: tuple):
     sibling = None if klass is None else _classes.get(klass)
     if sibling is None:
         return None
-    entry = _for_n(sibling, fast_key)
+    entry = _ahead.get(klass, {}).get(fast_key[_X_SHAPE][1]) or _for_n(sibling, fast_key)
     _keep(fast_key, entry, klass)
     return entry
 
 
-def _keep(fast_key: tuple, entry: tuple, klass: tuple | None) -> None:
+def _keep(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     with _lock:
         if len(_entries) >= MAX_ENTRIES:
             _entries.clear()
@@ -195,38 +265,55 @@ def remember(fast_key: tuple, call: operands.GemmCall, x, out, plan) -> None:
     if call.x is not x or call.out is not out or call.out_target is not None or call.c is not None:
         return
     klass = class_key(fast_key)
-    _keep(fast_key, (plan, call.problem), klass)
-    _build_ahead((plan, call.problem), klass)
+    entry = Entry(plan, call.problem)
+    _keep(fast_key, entry, klass)
+    _build_ahead(entry, klass)
 
 
-def run(entry: tuple, sw, x, out, bias):
+def run(entry: Entry, sw, x, out, bias):
     """What cs.matmul returns for a call that hit `entry`."""
     import cupy
 
-    plan, problem = entry
+    plan, problem = entry.plan, entry.problem
     if cupy.cuda.runtime.getDevice() == problem.device_id:
         return plan.run(sw, x, out, _bias_c(problem, bias), None)
     with cupy.cuda.Device(problem.device_id):
         return plan.run(sw, x, out, _bias_c(problem, bias), None)
 
 
-def torch_run(entry: tuple, sw, x, out):
-    """A torch call that hit `entry`, into the torch `out`, on torch's current stream: a
-    direct plan launches from the tensors' pointers; others run on CuPy views."""
+def torch_run(entry: Entry, sw, x, out):
+    """A torch call that hit `entry`, on torch's current stream: D into `out` (None: a
+    torch [M, N] allocated here). A direct plan launches from the tensors' pointers;
+    others run on CuPy views."""
     import cupy
 
-    plan, problem = entry
+    plan, problem = entry.plan, entry.problem
     index = problem.device_id
-    stream = interop.torch_stream(index)
     if cupy.cuda.runtime.getDevice() != index:
         with cupy.cuda.Device(index):
             return torch_run(entry, sw, x, out)
+    if out is None:
+        out = entry.new_out(x.device)
+    stream = interop.torch_stream(index)
     if plan.direct and not problem.epilogue.reads_c:
         plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream)
     else:
         with stream:
             plan.run(sw, interop.to_array(x), interop.to_array(out), None, None)
     return out
+
+
+def torch_linear(x, sw, options: tuple):
+    """cs.linear(x, sw) for a torch x whose call (linear_key) was seen before: D
+    allocated as linear allocates it, the GEMM launched from pointers; None on a miss."""
+    found = linear_key(x, sw, options)
+    entry = None if found is None else lookup(found[0])
+    if entry is None or not entry.plan.direct or entry.problem.epilogue.reads_c:
+        return None
+    col = found[1]
+    y = entry.new_out(x.device, transposed=col)   # [tokens, features] (D column-major), else D
+    torch_run(entry, sw, x, y)                    # direct: x.T and D are pointers here
+    return y if col else y.T
 
 
 def _bias_c(problem, bias):

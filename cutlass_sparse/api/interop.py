@@ -33,9 +33,9 @@ def numpy_dtype(torch_dtype):
 
 
 def torch_dtype(np_dtype):
-    """The torch dtype of a NumPy dtype the kernels write."""
+    """The torch dtype of a NumPy dtype the kernels write (None for one torch has no map for here)."""
     numpy_dtype(None)
-    return next(t for t, n in _NUMPY_OF.items() if n == np_dtype)
+    return next((t for t, n in _NUMPY_OF.items() if n == np_dtype), None)
 
 
 def _cupy_view(tensor, dtype):

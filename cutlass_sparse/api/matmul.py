@@ -44,26 +44,39 @@ _FAST_OPTIONS = {"alpha": 1.0, "beta": 0.0, "activation": "identity", "leaky_slo
 _DEFAULT_OPTIONS = tuple(_FAST_OPTIONS.values())
 
 
+def _options(kwargs: dict) -> tuple:
+    """The options part of an eager key, as cs.matmul builds it from its parameters."""
+    if not kwargs or (len(kwargs) == 1 and "out" in kwargs):
+        return _DEFAULT_OPTIONS
+    return tuple(kwargs.get(name, default) for name, default in _FAST_OPTIONS.items())
+
+
+@functools.lru_cache(maxsize=64)
+def _activation_options(activation) -> tuple:
+    return _options({"activation": activation})
+
+
+def _fast_options(kwargs: dict) -> bool:
+    """Whether every option is one the eager path takes (others go the full way)."""
+    return all(k in _FAST_OPTIONS or k == "out" or v is None or v is False for k, v in kwargs.items())
+
+
 def _torch_fast_path(fn):
     """A torch call that repeats an earlier one (or its class, api.eager) runs from the
     tensors' own attributes and pointers, with no CuPy view made; others go on to `fn`."""
     @functools.wraps(fn)
     def wrapper(sw, x, **kwargs):
-        if not is_torch(x) or any(k not in _FAST_OPTIONS and k != "out" and v is not None and v is not False
-                                  for k, v in kwargs.items()):
+        if not is_torch(x) or (kwargs and not _fast_options(kwargs)):
             return fn(sw, x, **kwargs)
         out = kwargs.get("out")
-        if out is None:
-            out = _torch_out(sw, x, **kwargs)
-            if out is None:
-                return fn(sw, x, **kwargs)
-            kwargs["out"] = out   # a miss runs with it too, so its plan is kept under this key
-        options = tuple(kwargs.get(name, default) for name, default in _FAST_OPTIONS.items()) \
-            if len(kwargs) > 1 else _DEFAULT_OPTIONS
-        fast = eager.torch_key(sw, x, out, options)
+        fast = eager.torch_key(sw, x, out, _options(kwargs))
         entry = None if fast is None else eager.lookup(fast)
         if entry is not None:
             return eager.torch_run(entry, sw, x, out)
+        if out is None:
+            out = _torch_out(sw, x, **kwargs)
+            if out is not None:
+                kwargs["out"] = out   # the miss runs with it, so its plan is kept under the key above
         return fn(sw, x, **kwargs)
     return wrapper
 
@@ -224,6 +237,12 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
     """
     if not isinstance(sw, SparseMatrix):
         raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (one weight), got {type(sw).__name__}")
+    if bias is None and is_torch(x) and type(activation) is str and "out" not in options and \
+            (not options or _fast_options(options)):
+        done = eager.torch_linear(x, sw, _options(dict(options, activation=activation)) if options
+                                  else _activation_options(activation))
+        if done is not None:
+            return done
     if not is_torch(x):   # a torch x stays one: matmul takes it and gives torch back
         x = operands.as_device_array(x, "x")
     if x.ndim != 2:

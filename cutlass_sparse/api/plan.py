@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..describe import catalog, dtypes
 from ..formats.matrices import SparseMatrix
 from ..plan import plans
-from . import eager, operands
+from . import operands
 from .interop import is_torch, torch_dtype, torch_io, torch_stream
 from .matmul import matmul
 
@@ -79,7 +79,7 @@ class Plan:
             return
         self.direct = True
         self.np_out = dtypes.numpy_dtype(p.element_out)
-        self.torch_out = None   # its torch dtype, found on the first torch call
+        self._torch_want = None   # what a torch x and out must be, found on the first torch call
         self.out_shape = (p.m, p.n)
         self.out_strides = (fam.ldd * self.np_out.itemsize, self.np_out.itemsize)
         c_ptr = None if self.c_bias is None else self.c_bias.data.ptr
@@ -118,20 +118,22 @@ class Plan:
         import cupy
         import torch
 
-        attrs = eager.torch_attrs(x)
+        want = self._torch_want
+        if want is None:   # the plan's x and out as torch describes tensors (element strides)
+            item = self.x_key[1].itemsize
+            want = self._torch_want = (self.x_key[0], tuple(s // item for s in self.x_key[2]),
+                                       torch_dtype(self.x_key[1]), torch_dtype(self.np_out),
+                                       tuple(s // self.np_out.itemsize for s in self.out_strides))
+        shape, strides, dtype, out_dtype, out_strides = want
         device = self.x_key[3]
-        if attrs is None or (attrs[0], attrs[2], attrs[1], attrs[4]) != self.x_key or attrs[3] % self.align_x \
-                or cupy.cuda.runtime.getDevice() != device:
+        if out_dtype is None or x.shape != shape or x.dtype != dtype or x.get_device() != device or x.stride() != strides \
+                or x.data_ptr() % self.align_x or cupy.cuda.runtime.getDevice() != device:
             return None
         if out is None:
-            if self.torch_out is None:
-                self.torch_out = torch_dtype(self.np_out)
-            out = torch.empty(self.out_shape, dtype=self.torch_out, device=x.device)
-        else:
-            out_attrs = eager.torch_attrs(out) if is_torch(out) else None
-            if out_attrs is None or out_attrs[:3] != (self.out_shape, self.out_strides, self.np_out) \
-                    or out_attrs[3] % self.align_out or out_attrs[4] != device:
-                return None
+            out = torch.empty(self.out_shape, dtype=out_dtype, device=x.device)
+        elif not is_torch(out) or out.shape != self.out_shape or out.dtype != out_dtype \
+                or out.get_device() != device or out.stride() != out_strides or out.data_ptr() % self.align_out:
+            return None
         self._launch(x.data_ptr(), out.data_ptr(), torch_stream(device))
         return out
 

@@ -58,7 +58,7 @@ class LoadedKernel:
             # void dtype spares it describing every field (tens of microseconds a call).
             args = (args.view(np.dtype((np.void, args.dtype.itemsize))),)
         block = threads if isinstance(threads, tuple) else (threads, 1, 1)
-        self.function(device_id, symbol, shared)(grid, block, args, shared_mem=shared)
+        self.function(device_id, symbol, shared)(grid, block, args, shared)
 
 
 _loaded: dict[str, LoadedKernel] = {}

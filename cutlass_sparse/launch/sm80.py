@@ -161,8 +161,7 @@ class BoundGemm:
         words[self.word_d] = d_ptr
         if self.c_is_d:
             words[self.word_c] = d_ptr
-        self.function(self.grid, self.threads, (words.view(self.record),), shared_mem=self.shared_bytes,
-                      stream=stream)
+        self.function(self.grid, self.threads, (words.view(self.record),), self.shared_bytes, stream)
 
 
 class Sm80Plan:

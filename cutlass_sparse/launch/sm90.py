@@ -66,11 +66,15 @@ class Ready:
     barrier: tuple[int, int]      # (byte offset, bytes) to zero before each launch
 
     def __post_init__(self):
-        from cupy.cuda.function import CIntptr
-
+        global _CIntptr
+        if _CIntptr is None:
+            from cupy.cuda.function import CIntptr as _CIntptr
         # the launch's argument, the Params pointer, made once (an ndarray argument would
         # have CuPy describe the whole array at every launch)
-        self.args = (CIntptr(self.params.data.ptr),)
+        self.args = (_CIntptr(self.params.data.ptr),)
+
+
+_CIntptr = None
 
 
 # Per (kernel, device): TMA descriptor templates. A descriptor's rank, box, element
@@ -134,7 +138,8 @@ class Sm90Plan:
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
         self._block_key = bytes(self._block)   # with its pointer fields zero: what Params depend on besides pointers
-        self._gemm = self._setup = None
+        self._gemm = self._setup = self._prepared_value = self._offsets = None
+        self._host_params: dict[tuple, bytes] = {}   # host copies of Params by null pointers (_from_host)
 
     @property
     def kernel(self) -> tuple:
@@ -226,7 +231,7 @@ class Sm90Plan:
             gemm = self._gemm = (self.loaded.function(self.problem.device_id, compiled.symbol, compiled.shared_bytes),
                                  (compiled.threads, 1, 1), compiled.shared_bytes)
         function, threads, shared = gemm
-        function(ready.grid, threads, ready.args, shared_mem=shared, stream=stream)
+        function(ready.grid, threads, ready.args, shared, stream)   # positional: 2 us less than keywords
 
     def _host_key(self, pointers, scales) -> tuple:
         """What a host copy of Params is kept under: kernel, device, the setup block without
@@ -237,18 +242,23 @@ class Sm90Plan:
     def _from_host(self, pointers, scales, stream) -> Ready | None:
         """A launch whose Params are a host copy patched with these pointers (one
         host-to-device copy), where such a copy has arrived; else None."""
-        offsets = sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id))
-        made = None if offsets is None else sm90_params.template(self._host_key(pointers, scales))
-        params_bytes = None if made is None else made.arrived()
+        nulls = ((0 in pointers) and tuple(p == 0 for p in pointers), scales[0] == 0, scales[1] == 0)
+        params_bytes = self._host_params.get(nulls)
         if params_bytes is None:
-            return None
+            offsets = sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id))
+            made = None if offsets is None else sm90_params.template(self._host_key(pointers, scales))
+            params_bytes = None if made is None else made.arrived()
+            if params_bytes is None:
+                return None
+            self._offsets = offsets
+            self._host_params[nulls] = params_bytes   # kept by the plan: the next call skips the lookups
         import cupy
 
         stream = stream or cupy.cuda.get_current_stream()
         if sm90_params.capturing(stream.ptr):
             return None
         params = self._params_buffer(stream)
-        sm90_params.send(params_bytes, offsets, pointers + tuple(scales), params, stream.ptr)
+        sm90_params.send(params_bytes, self._offsets, pointers + tuple(scales), params, stream.ptr)
         return Ready(params, self._prepared(pointers).grid, None, (0, 0))
 
     def _setup_block(self) -> bytearray:
@@ -272,6 +282,8 @@ class Sm90Plan:
         return layout.as_argument(block)
 
     def _prepared(self, pointers) -> Prepared:
+        if self._prepared_value is not None:
+            return self._prepared_value
         p = self.problem
         shape_key = (self.compiled.key, p.device_id, p.m, self.n_k, p.k, self.kernel_problem.x.ld, self.ldc, self.ldd,
                      self.scheduling, self.swizzle)   # swizzle: the grid
@@ -281,6 +293,7 @@ class Sm90Plan:
                 prepared = _prepared.get(shape_key)
                 if prepared is None:
                     prepared = _prepared[shape_key] = self._prepare(pointers)
+        self._prepared_value = prepared
         return prepared
 
     def _host_grid(self) -> tuple[int, int, int]:
@@ -357,11 +370,12 @@ class Sm90Plan:
         setup = self._setup
         if setup is None:   # the loaded entry, looked up once per plan
             setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
-        setup((1, 1, 1), (1, 1, 1), (block,), shared_mem=0, stream=stream)
+        setup((1, 1, 1), (1, 1, 1), (block,), 0, stream)
         if workspace is None and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
             sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
         return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
 
-    def build_ahead(self, problems) -> None:
-        """Params for other N of this plan's range, built ahead (sm90_params.build_ahead)."""
-        sm90_params.build_ahead(self, problems)
+    def build_ahead(self, problems) -> dict:
+        """Params for other N of this plan's range, built ahead (sm90_params.build_ahead);
+        returns {N: plan} of the plans made for them."""
+        return sm90_params.build_ahead(self, problems)

@@ -171,14 +171,16 @@ def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None
     return find_pointer_map(run_setup, count, scratch.data.ptr)
 
 
-def build_ahead(plan, problems) -> None:
+def build_ahead(plan, problems) -> dict:
     """Have the device build Params for `problems` (plan's problem with other N, so the same
     kernel) on a side stream and bring them to the host: their first calls then launch no
-    setup. Stand-in pointers: the real ones are patched in."""
+    setup. Stand-in pointers: the real ones are patched in. Returns {N: plan} of the
+    direct plans made for them (where the kernel's pointers are mapped; else nothing)."""
     import cupy
 
     if not pointer_maps.get((plan.compiled.key, plan.problem.device_id)):
-        return
+        return {}
+    made = {}
     with cupy.cuda.Device(plan.problem.device_id):
         stream = _side_stream(plan.problem.device_id)
         with stream:
@@ -186,8 +188,12 @@ def build_ahead(plan, problems) -> None:
             stand_in = (scratch.data.ptr,) * 5
             for problem in problems:
                 other = type(plan)(problem, kernel=plan.kernel)
-                if other.direct and template(other._host_key(stand_in, (0, 0))) is None:
+                if not other.direct:
+                    continue
+                if template(other._host_key(stand_in, (0, 0))) is None:
                     other._build(stand_in, None, stream)
+                made[problem.n] = other
+    return made
 
 
 _side_streams: dict[int, object] = {}

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The host cost of one kernel launch, by how it is called (GPU machine): CuPy's
+Function call, cuda.bindings' cuLaunchKernel, and libcuda's cuLaunchKernel through
+ctypes with the argument array made once; the same sm90 GEMM (128x64x128 f16), so the
+driver's own share is the same in each."""
+import ctypes
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+import cutlass_sparse as cs  # noqa: E402
+from cutlass_sparse.api import eager, interop, matmul as api_matmul  # noqa: E402
+
+
+def host_us(call, calls=2000, rounds=5):
+    for _ in range(50):
+        call()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def main():
+    m, n, k = 128, 64, 128
+    w = cs.prune_2to4(torch.randn(m, k, device="cuda").half())
+    sw = cs.compress(w)
+    x = torch.randn(k, n, device="cuda").half()
+    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    ref = (w.float() @ x.float())
+    cs.matmul(sw, x, out=out)
+    plan = eager.lookup(eager.torch_key(sw, x, out, api_matmul._DEFAULT_OPTIONS)).plan
+    stream = interop.torch_stream(0)
+    ready = plan.ready(sw, (x.data_ptr(), out.data_ptr(), out.data_ptr()), None, stream)
+    function, threads, shared = plan._gemm
+    grid = ready.grid
+    print("grid", grid, "threads", threads, "shared", shared)
+
+    def via_cupy():
+        function(grid, threads, ready.args, shared_mem=shared, stream=stream)
+
+    def via_cupy_positional():
+        function(grid, threads, ready.args, shared, stream)
+
+    from cuda.bindings import driver
+
+    cu_function = driver.CUfunction(function.ptr)
+    cu_stream = driver.CUstream(stream.ptr)
+    value = ctypes.c_uint64(ready.params.data.ptr)
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(value))
+    params_address = ctypes.addressof(params)
+    gx, gy, gz = grid
+    tx = threads[0]
+
+    def via_bindings():
+        driver.cuLaunchKernel(cu_function, gx, gy, gz, tx, 1, 1, shared, cu_stream, params_address, 0)
+
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    launch = libcuda.cuLaunchKernel
+    launch.restype = ctypes.c_int
+    launch.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                       ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p]
+    f_ptr, s_ptr = function.ptr, stream.ptr
+
+    def via_ctypes():
+        if launch(f_ptr, gx, gy, gz, tx, 1, 1, shared, s_ptr, params_address, None):
+            raise RuntimeError("launch failed")
+
+    for name, call in (("cupy Function(..., shared_mem=, stream=)", via_cupy),
+                       ("cupy Function positional", via_cupy_positional),
+                       ("cuda.bindings cuLaunchKernel", via_bindings),
+                       ("ctypes libcuda cuLaunchKernel", via_ctypes),
+                       ("torch.mm(w, x, out=out)", lambda: torch.mm(w, x, out=out)),
+                       ("empty python call", lambda: None)):
+        out.zero_()
+        us = host_us(call)
+        torch.cuda.synchronize()
+        err = float((out.float() - ref).norm() / ref.norm()) if "empty" not in name else 0.0
+        print(f"  {name:44s} {us:6.2f} us  (result rel err {err:.1e})")
+
+    # torch's allocator meeting output sizes for the first time, as a loop over new N does
+    for label in ("first sight", "again"):
+        times = []
+        for rows in range(2000, 2512):
+            start = time.perf_counter()
+            torch.empty((rows, 4096), device="cuda", dtype=torch.float16)
+            times.append((time.perf_counter() - start) * 1e6)
+        print(f"torch.empty([N, 4096]) for N = 2000..2511, {label}: median {statistics.median(times):.1f} us, "
+              f"max {max(times):.0f} us")
+
+
+if __name__ == "__main__":
+    main()
