@@ -59,9 +59,19 @@ class Entry:
         import torch
 
         if self.torch_out is None:
-            self.torch_out = interop.torch_dtype(dtypes.numpy_dtype(self.problem.element_out))
+            self.torch_out = _torch_out(self.problem.element_out)
         m, n = self.out_shape
         return torch.empty((n, m) if transposed else (m, n), dtype=self.torch_out, device=device)
+
+
+_torch_outs: dict[str, object] = {}   # output type name -> torch dtype
+
+
+def _torch_out(element_out: str):
+    found = _torch_outs.get(element_out)
+    if found is None:
+        found = _torch_outs[element_out] = interop.torch_dtype(dtypes.numpy_dtype(element_out))
+    return found
 
 
 _entries: dict[tuple, Entry] = {}      # exact key -> its entry
@@ -297,6 +307,8 @@ def torch_run(entry: Entry, sw, x, out):
     stream = interop.torch_stream(index)
     if plan.direct and not problem.epilogue.reads_c:
         plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream)
+    elif plan.family == "sm90" and not problem.epilogue.reads_c:
+        plan.launch_staged(sw, x.data_ptr(), out.data_ptr(), stream)
     else:
         with stream:
             plan.run(sw, interop.to_array(x), interop.to_array(out), None, None)

@@ -29,7 +29,7 @@ from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP_SCALED, setup_layout
 from . import device, grid, modules, sm90_params, tma
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
-from .staging import copy_rows, stage
+from .staging import copy_lines, copy_rows, stage
 
 # The setup block's leading pointers, in field order: a, e, b, c, d, params_out,
 # templates, recipes_out, info_out, workspace.
@@ -215,6 +215,31 @@ class Sm90Plan:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
         (a CuPy stream; default the current one)."""
         self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream, scales), stream)
+
+    def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream) -> None:
+        """run() from the caller's pointers, x and D laid out as the Problem says (C
+        unread), on `stream`: x copied into an aligned buffer, D written to one and
+        copied out, as the plan stages them. The buffers come from the stream's pool, so
+        a repeated call gets the same ones and finds its Params built."""
+        import cupy
+
+        p, k = self.problem, self.kernel_problem
+        item, out_item = dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize
+        x_row, d_row = p.layout_b == "row", self.layout_c == "row"
+        with stream:
+            if self.stage_x:   # rows of N (row-major) or columns of K, in pitch k.x.ld
+                lines, width = (p.k, p.n * item) if x_row else (p.n, p.k * item)
+                x_buffer = cupy.empty((p.k if x_row else self.n_k) * k.x.ld * item, dtype=cupy.uint8)
+                copy_lines(x_buffer.data.ptr, k.x.ld * item, x_ptr, p.x.ld * item, width, lines)
+                x_ptr = x_buffer.data.ptr
+            kernel_d = d_ptr
+            if self.stage_out:
+                d_buffer = cupy.empty((p.m if d_row else self.n_k) * self.ldd * out_item, dtype=cupy.uint8)
+                kernel_d = d_buffer.data.ptr
+            self.launch(self.ready(sw, (x_ptr, kernel_d, kernel_d), None, stream), stream)
+            if self.stage_out:
+                lines, width = (p.m, p.n * out_item) if d_row else (p.n, p.m * out_item)
+                copy_lines(d_ptr, p.out.ld * out_item, kernel_d, self.ldd * out_item, width, lines)
 
     def launch(self, ready: Ready, stream=None) -> None:
         """The GEMM on `stream` or the current stream (after zeroing its stream-K barriers, if any)."""

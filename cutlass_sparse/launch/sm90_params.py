@@ -105,7 +105,7 @@ class Template:
     def arrived(self) -> bytes | None:
         """The Params once the copy has landed (never waits), else None."""
         if self.bytes is None and self._event.done:
-            self.bytes = bytes(np.frombuffer(self._host, dtype=np.uint8, count=self.nbytes))
+            self.bytes = ctypes.string_at(self._host.ptr, self.nbytes)
             self._host = self._event = None
         return self.bytes
 

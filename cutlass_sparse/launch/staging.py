@@ -4,7 +4,8 @@ time, where an elementwise CuPy copy costs tens) on the current stream."""
 from __future__ import annotations
 
 
-def _copy_lines(dst_ptr: int, dst_pitch: int, src_ptr: int, src_pitch: int, width: int, lines: int) -> None:
+def copy_lines(dst_ptr: int, dst_pitch: int, src_ptr: int, src_pitch: int, width: int, lines: int) -> None:
+    """`lines` runs of `width` bytes from src to dst, each pointer advancing by its pitch."""
     import cupy
 
     runtime = cupy.cuda.runtime
@@ -28,7 +29,7 @@ def stage(array, ld: int, layout: str, n_k: int):
     else:
         buffer = cupy.empty((n_k, ld), dtype=array.dtype)
         view, lines, width, pitch = buffer[:, :rows].T, cols, rows * item, array.strides[1]
-    _copy_lines(buffer.data.ptr, ld * item, array.data.ptr, pitch, width, lines)
+    copy_lines(buffer.data.ptr, ld * item, array.data.ptr, pitch, width, lines)
     return view
 
 
@@ -36,4 +37,4 @@ def copy_rows(dst, src) -> None:
     """dst[...] = src for two row-major [R, C] arrays of one dtype (any leading dimensions)."""
     rows, cols = src.shape
     item = src.dtype.itemsize
-    _copy_lines(dst.data.ptr, dst.strides[0], src.data.ptr, src.strides[0], cols * item, rows)
+    copy_lines(dst.data.ptr, dst.strides[0], src.data.ptr, src.strides[0], cols * item, rows)

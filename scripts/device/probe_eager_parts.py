@@ -92,9 +92,9 @@ def main():
         src = cupy.random.standard_normal((4096, cols)).astype(cupy.float16)
         ld = (cols + 7) // 8 * 8
         dst = cupy.empty((4096, ld), dtype=cupy.float16)
-        t2d = device_us(lambda: staging._copy_lines(dst.data.ptr, ld * 2, src.data.ptr, cols * 2, cols * 2, 4096))
+        t2d = device_us(lambda: staging.copy_lines(dst.data.ptr, ld * 2, src.data.ptr, cols * 2, cols * 2, 4096))
         tel = device_us(lambda: dst[:, :cols].__setitem__(Ellipsis, src))
-        host2d = host_us(lambda: staging._copy_lines(dst.data.ptr, ld * 2, src.data.ptr, cols * 2, cols * 2, 4096),
+        host2d = host_us(lambda: staging.copy_lines(dst.data.ptr, ld * 2, src.data.ptr, cols * 2, cols * 2, 4096),
                          calls=200, rounds=3)
         print(f"  [4096, {cols}] -> ld {ld}: memcpy2D {t2d:8.1f} us (host {host2d:5.1f}), elementwise {tel:8.1f} us")
     # the odd-N call itself, device time per call with the host included
