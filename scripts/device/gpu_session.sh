@@ -32,13 +32,15 @@ fi
 for script in $SWEEP; do
   timeout ${SWEEP_TIMEOUT:-300} python3 $script $SWEEP_ARGS >> $OUT/sweep.log 2>&1; echo "$script rc=$? $(( $(date +%s) - t0 ))s"
 done; [ -n "$SWEEP" ] && cat $OUT/sweep.log
+[ -n "$BENCH" ] && { timeout ${BENCH_TIMEOUT:-260} python3 scripts/bench.py --json $OUT/bench.json --png $OUT/bench.png $BENCH > $OUT/bench.log 2>&1; cat $OUT/bench.log; }
+[ -n "$EAGER" ] && echo "GPU processes before bench_eager: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
+[ -n "$EAGER" ] && { timeout ${EAGER_TIMEOUT:-300} python3 scripts/bench_eager.py --json $OUT/bench_eager.json $EAGER > $OUT/bench_eager.log 2>&1; echo "bench_eager rc=$?"; cat $OUT/bench_eager.log; }
+# the GPU tests after the timed runs: their worker processes must not share the GPU with them
 if [ -z "$SKIP_TESTS" ]; then
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider -n 4 --dist loadfile \
     -o faulthandler_timeout=150 ${TESTS:-tests} > $OUT/gpu_tests.log 2>&1
   echo "pytest rc=$? $(( $(date +%s) - t0 ))s"; grep -E "^(FAILED|ERROR)" $OUT/gpu_tests.log | head -40; tail -1 $OUT/gpu_tests.log
 fi
-[ -n "$BENCH" ] && { timeout ${BENCH_TIMEOUT:-260} python3 scripts/bench.py --json $OUT/bench.json --png $OUT/bench.png $BENCH > $OUT/bench.log 2>&1; cat $OUT/bench.log; }
-[ -n "$EAGER" ] && { timeout ${EAGER_TIMEOUT:-300} python3 scripts/bench_eager.py --json $OUT/bench_eager.json $EAGER > $OUT/bench_eager.log 2>&1; echo "bench_eager rc=$?"; cat $OUT/bench_eager.log; }
 if [ -z "$SKIP_WARM" ]; then   # its kernel is among the warmed ones
   timeout 60 python3 scripts/run_gemm.py --m 4096 --n 4096 --k 4096 > $OUT/run_gemm.log 2>&1; cat $OUT/run_gemm.log
 fi
