@@ -180,3 +180,11 @@ def test_int8_keys_name_the_int32_output(torch_sw):
     torch, sw = torch_sw
     x = CudaLike(torch.zeros(K, 16, dtype=torch.int8))
     assert eager.torch_key(sw, x, None, OPTIONS)[eager._OUT] == ((M, 16), (64, 4), np.dtype(np.int32), 0, 0)
+
+
+@pytest.mark.parametrize("x", [x_row, x_col])
+@pytest.mark.parametrize("out", [out_row, lambda n: attrs((M, n), (2, M * 2)), lambda n: None])
+def test_ahead_built_plans_are_kept_under_the_keys_their_calls_have(x, out):
+    """A range's other N are remembered under the exact key a call with that N makes."""
+    for n0, n in ((17, 23), (24, 32), (100, 65), (3, 16)):
+        assert eager._key_for_n(fast_key(x(n0), out(n0)), n) == fast_key(x(n), out(n))

@@ -33,9 +33,8 @@ from ..plan import plans
 from ..plan import records
 from . import interop, operands
 
-MAX_ENTRIES = 1024
-AHEAD = 256        # N values of a range whose Params are built ahead on its first new N
-MAX_AHEAD = 4096   # plans built ahead for other N, in all classes together
+MAX_ENTRIES = 8192  # the plans built ahead for a range's N included
+AHEAD = 256         # N values of a range whose Params are built ahead on its first new N
 
 # A key's fields: head (4), x (5: shape, strides, dtype, align, device), options, out, bias.
 _X_SHAPE, _X_STRIDES, _OPTIONS, _OUT, _BIAS = 4, 5, 9, 10, 11
@@ -76,7 +75,7 @@ def _torch_out(element_out: str):
 
 _entries: dict[tuple, Entry] = {}      # exact key -> its entry
 _classes: dict[tuple, Entry] = {}      # class key -> the entry of its latest call
-_ahead: dict[tuple, dict] = {}         # class key -> {N: entry} built ahead for its range
+_ahead: set[tuple] = set()             # classes whose range was built ahead
 _lock = threading.Lock()
 _generation = records.generation
 _ndarray = None
@@ -220,22 +219,38 @@ def _for_n(entry: Entry, fast_key: tuple) -> Entry:
     return Entry(plans.get(problem), problem)
 
 
-def _build_ahead(entry: Entry, klass: tuple | None) -> None:
+def _key_for_n(fast_key: tuple, n: int) -> tuple:
+    """The key of a call of fast_key's class with N = n (compact operands, as class_key
+    requires: x's and out's strides follow from N and their layout)."""
+    k, item = fast_key[_X_SHAPE][0], fast_key[6].itemsize
+    x_row = _compact(fast_key[_X_SHAPE], fast_key[_X_STRIDES], item) == "C"
+    key = list(fast_key)
+    key[_X_SHAPE], key[_X_STRIDES] = (k, n), ((n * item, item) if x_row else fast_key[_X_STRIDES])
+    out = fast_key[_OUT]
+    if out is not None:
+        (m, _), strides, dtype = out[:3]
+        row = _compact(out[0], strides, dtype.itemsize) == "C"
+        key[_OUT] = ((m, n), (n * dtype.itemsize, dtype.itemsize) if row else strides, *out[2:])
+    return tuple(key)
+
+
+def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     """A class's first call has the device build Params for the rest of its N range (sm90),
-    so the range's other N launch the GEMM alone; their plans are kept for them."""
+    so the range's other N launch the GEMM alone; their plans are remembered under the
+    keys those calls will have."""
     plan, problem = entry.plan, entry.problem
     if klass is None or plan.family != "sm90" or klass in _ahead:
         return
+    _ahead.add(klass)
     n = problem.n
     top = selection.n_range(n)
     others = [v for v in range(1 if top == 16 else top // 2 + 1, top + 1)
               if v != n and (v % 8 == 0) == (n % 8 == 0) and (v == 1) == (n == 1)]
     problems = [_with_n(problem, v) for v in others[:AHEAD]]
     built = plan.build_ahead(problems)
-    with _lock:
-        if sum(map(len, _ahead.values())) + len(built) > MAX_AHEAD:
-            _ahead.clear()
-        _ahead[klass] = {p.n: Entry(built[p.n], p) for p in problems if p.n in built}
+    for p in problems:
+        if p.n in built:
+            _keep(_key_for_n(fast_key, p.n), Entry(built[p.n], p), None)
 
 
 def lookup(fast_key: tuple) -> Entry | None:
@@ -254,7 +269,7 @@ def lookup(fast_key: tuple) -> Entry | None:
     sibling = None if klass is None else _classes.get(klass)
     if sibling is None:
         return None
-    entry = _ahead.get(klass, {}).get(fast_key[_X_SHAPE][1]) or _for_n(sibling, fast_key)
+    entry = _for_n(sibling, fast_key)
     _keep(fast_key, entry, klass)
     return entry
 
@@ -277,7 +292,7 @@ def remember(fast_key: tuple, call: operands.GemmCall, x, out, plan) -> None:
     klass = class_key(fast_key)
     entry = Entry(plan, call.problem)
     _keep(fast_key, entry, klass)
-    _build_ahead(entry, klass)
+    _build_ahead(fast_key, entry, klass)
 
 
 def run(entry: Entry, sw, x, out, bias):

@@ -138,8 +138,10 @@ class Sm90Plan:
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
         self._block_key = bytes(self._block)   # with its pointer fields zero: what Params depend on besides pointers
-        self._gemm = self._setup = self._prepared_value = self._offsets = None
-        self._host_params: dict[tuple, bytes] = {}   # host copies of Params by null pointers (_from_host)
+        self._gemm = self._setup = self._prepared_value = None
+        # host copies of Params by which pointers are null (_from_host), and those on their way
+        self._host_params: dict[tuple, sm90_params.HostParams] = {}
+        self._templates: dict[tuple, sm90_params.Template] = {}
 
     @property
     def kernel(self) -> tuple:
@@ -264,26 +266,36 @@ class Sm90Plan:
         return (self.compiled.key, self.problem.device_id, self._block_key,
                 tuple(p == 0 for p in pointers), scales[0] == 0, scales[1] == 0)
 
+    @staticmethod
+    def _nulls(pointers, scales) -> tuple:
+        """Which pointers are null: part of what host Params are kept under (_host_key)."""
+        return (0 in pointers) and tuple(p == 0 for p in pointers), scales[0] == 0, scales[1] == 0
+
+    def expect_host_params(self, pointers, scales, made) -> None:
+        """Params for pointers like these are on their way to the host as `made` (a
+        sm90_params.Template): the first call that finds them arrived needs no lookup."""
+        if made is not None:
+            self._templates[self._nulls(pointers, scales)] = made
+
     def _from_host(self, pointers, scales, stream) -> Ready | None:
         """A launch whose Params are a host copy patched with these pointers (one
         host-to-device copy), where such a copy has arrived; else None."""
-        nulls = ((0 in pointers) and tuple(p == 0 for p in pointers), scales[0] == 0, scales[1] == 0)
-        params_bytes = self._host_params.get(nulls)
-        if params_bytes is None:
+        nulls = self._nulls(pointers, scales)
+        host = self._host_params.get(nulls)
+        if host is None:
             offsets = sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id))
-            made = None if offsets is None else sm90_params.template(self._host_key(pointers, scales))
-            params_bytes = None if made is None else made.arrived()
+            made = self._templates.get(nulls) or (offsets and sm90_params.template(self._host_key(pointers, scales)))
+            params_bytes = made.arrived() if offsets and made else None
             if params_bytes is None:
                 return None
-            self._offsets = offsets
-            self._host_params[nulls] = params_bytes   # kept by the plan: the next call skips the lookups
+            host = self._host_params[nulls] = sm90_params.HostParams(params_bytes, offsets)   # kept by the plan
         import cupy
 
         stream = stream or cupy.cuda.get_current_stream()
         if sm90_params.capturing(stream.ptr):
             return None
         params = self._params_buffer(stream)
-        sm90_params.send(params_bytes, self._offsets, pointers + tuple(scales), params, stream.ptr)
+        host.send(pointers + tuple(scales), params.data.ptr, stream.ptr)
         return Ready(params, self._prepared(pointers).grid, None, (0, 0))
 
     def _setup_block(self) -> bytearray:

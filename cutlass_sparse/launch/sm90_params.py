@@ -139,16 +139,28 @@ def patched(params_bytes: bytes, offsets: tuple[int | None, ...], pointers: tupl
     return block
 
 
-def send(params_bytes: bytes, offsets: tuple[int | None, ...], pointers: tuple[int, ...], device_params,
-         stream_ptr: int) -> None:
-    """Patch a host copy of Params with `pointers` and copy it into `device_params` on the
-    stream (from pageable memory: the driver stages it before returning)."""
-    import cupy
+class HostParams:
+    """A kernel's Params for one shape on the host, ready to be patched and sent: one
+    buffer, written in place (a pageable copy is staged by the driver before the call
+    returns, so the buffer is free again at once), under a lock (plans are shared between
+    threads)."""
 
-    block = patched(params_bytes, offsets, pointers)
-    address = ctypes.addressof((ctypes.c_char * len(block)).from_buffer(block))
-    runtime = cupy.cuda.runtime
-    runtime.memcpyAsync(device_params.data.ptr, address, len(block), runtime.memcpyHostToDevice, stream_ptr)
+    def __init__(self, params_bytes: bytes, offsets: tuple[int | None, ...]):
+        self._block = bytearray(params_bytes)
+        self._address = ctypes.addressof((ctypes.c_char * len(self._block)).from_buffer(self._block))
+        self._words = [(offset, i) for i, offset in enumerate(offsets) if offset is not None]
+        self._lock = threading.Lock()
+
+    def send(self, pointers: tuple[int, ...], device_ptr: int, stream_ptr: int) -> None:
+        """Params with these pointers, copied to device_ptr on the stream."""
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        block = self._block
+        with self._lock:
+            for offset, i in self._words:
+                _WORD.pack_into(block, offset, pointers[i])
+            runtime.memcpyAsync(device_ptr, self._address, len(block), runtime.memcpyHostToDevice, stream_ptr)
 
 
 def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None:
@@ -190,8 +202,10 @@ def build_ahead(plan, problems) -> dict:
                 other = type(plan)(problem, kernel=plan.kernel)
                 if not other.direct:
                     continue
-                if template(other._host_key(stand_in, (0, 0))) is None:
+                key = other._host_key(stand_in, (0, 0))
+                if template(key) is None:
                     other._build(stand_in, None, stream)
+                other.expect_host_params(stand_in, (0, 0), template(key))
                 made[problem.n] = other
     return made
 

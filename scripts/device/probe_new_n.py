@@ -64,19 +64,18 @@ def main():
         pointers = (sw.values.data.ptr, sw.metadata_for(plan.atom_k, stream).data.ptr, x.data_ptr(), y.data_ptr(),
                     y.data_ptr())
         t.append(time.perf_counter())
-        nulls = ((0 in pointers) and tuple(p == 0 for p in pointers), True, True)
-        params_bytes = plan._host_params.get(nulls)
-        if params_bytes is None:
-            made = sm90_params.template(plan._host_key(pointers, (0, 0)))
-            params_bytes = made.arrived()
-            plan._offsets = sm90_params.pointer_maps.get((plan.compiled.key, plan.problem.device_id))
-            plan._host_params[nulls] = params_bytes
+        nulls = plan._nulls(pointers, (0, 0))
+        host = plan._host_params.get(nulls)
+        if host is None:
+            offsets = sm90_params.pointer_maps.get((plan.compiled.key, plan.problem.device_id))
+            made = plan._templates.get(nulls) or sm90_params.template(plan._host_key(pointers, (0, 0)))
+            host = plan._host_params[nulls] = sm90_params.HostParams(made.arrived(), offsets)
         t.append(time.perf_counter())
         sm90_params.capturing(stream.ptr)
         t.append(time.perf_counter())
         params = plan._params_buffer(stream)
         t.append(time.perf_counter())
-        sm90_params.send(params_bytes, plan._offsets, pointers + (0, 0), params, stream.ptr)
+        host.send(pointers + (0, 0), params.data.ptr, stream.ptr)
         t.append(time.perf_counter())
         ready = sm90.Ready(params, plan._prepared(pointers).grid, None, (0, 0))
         t.append(time.perf_counter())
