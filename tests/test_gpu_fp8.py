@@ -53,6 +53,26 @@ def test_linear_fp8_matches_the_dequantized_product(shape, out_dtype):
     assert reference.relative_error(ref, reference.to_float32(x) @ reference.to_float32(w).T) < 0.1
 
 
+def test_any_feature_count_and_a_strided_x():
+    """250 features (bf16 rows not whole 16-byte vectors: D staged), xq a view with padded
+    rows (copied once): the same answer as the direct path."""
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import quantize_e4m3
+
+    m, n, k = 250, 16, 256
+    w = weight(m, k, seed=5)
+    sw = cs.quantize_fp8(w)
+    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
+    xq, x_scales = cs.quantize_activations_fp8(cupy.random.default_rng(2).standard_normal((n, k), dtype=cupy.float32))
+    padded = cupy.zeros((n, k + 16), dtype=xq.dtype)
+    padded[:, :k] = xq
+    y = cs.linear_fp8(padded[:, :k], x_scales, sw)
+    assert y.shape == (n, m)
+    assert reference.relative_error(y, dequantized_reference(sw, xq, x_scales, w_bytes)) <= TOLERANCE["bf16"]
+
+
 def test_linear_fp8_activation_and_torch_in_torch_out():
     torch = pytest.importorskip("torch")
     import cupy

@@ -19,12 +19,10 @@ the host (round to nearest even), torch input on the GPU with torch's own roundi
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..describe import dtypes
-from ..describe.problem import Epilogue, Problem
+from ..describe.problem import Epilogue, Operand, Problem, alignment_class
 from ..formats.matrices import SparseMatrix
 from ..formats.patterns import LAYOUT_SM90
 from ..formats.quantize import LARGEST, quantize
@@ -136,11 +134,12 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
     """activation(dequant(xq) @ dequant(sw).T) / out_scale: [tokens, features] of out_dtype,
     one launch; an int32 out_dtype is the raw xq @ wq.T (no scales, x_scales may be None).
 
-    xq: 8-bit [tokens, K], row-major, of sw's type; x_scales: float32 [tokens], or one
-    number for the whole tensor (folded into the epilogue's scalar). The kernel computes
-    D = act(s_w[f] * s_x[t] * acc / out_scale) as [features, tokens]
-    column-major, which is the [tokens, features] result in place. out: a contiguous
-    [tokens, features] array of out_dtype to write (else one is made). Runs on torch's
+    xq: 8-bit [tokens, K] of sw's type (row-major is read in place; another view is copied
+    once); x_scales: float32 [tokens], or one number for the whole tensor (folded into the
+    epilogue's scalar). The kernel computes D = act(s_w[f] * s_x[t] * acc / out_scale) as
+    [features, tokens] column-major, which is the [tokens, features] result in place (staged
+    through an aligned buffer where the feature count or out's address does not suit TMA).
+    out: a contiguous [tokens, features] array of out_dtype to write (else one is made). Runs on torch's
     current stream for torch input (torch out), else CuPy's. `info`, if a dict, receives
     the kernel's name."""
     import cupy
@@ -160,9 +159,8 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
     torch_in = is_torch(xq)
     x = _data(xq, element, "xq")
     m, k = sw.shape
-    if x.ndim != 2 or x.shape[1] != k or x.strides != (k, 1):
-        raise ValueError(f"xq must be a contiguous [tokens, {k}] array, got shape {tuple(x.shape)}, "
-                         f"strides {x.strides}")
+    if x.ndim != 2 or x.shape[1] != k or 0 in x.shape:
+        raise ValueError(f"xq must be a [tokens, {k}] array with tokens >= 1, got shape {tuple(x.shape)}")
     n = x.shape[0]
     scale_ptrs, alpha = (0, 0), 1.0 / out_scale
     if not raw and isinstance(x_scales, (int, float, np.floating, np.integer)) and not isinstance(x_scales, bool):
@@ -176,29 +174,33 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
                              f"got {scales.dtype} {tuple(scales.shape)}")
         scale_ptrs = (sw.scales.data.ptr, scales.data.ptr)
     device_id = x.device.id
-    arch, sm_count = device.facts(device_id)
-    problem = Problem.contiguous("sm90", m, n, k, element=element, element_out=out_dtype, layout_b="col",
-                                 arch=arch, sm_count=sm_count, device_id=device_id, out_layout="col")
-    problem = dataclasses.replace(problem, epilogue=Epilogue(alpha=alpha, activation=activation,
-                                                             scales="none" if raw else "row_col"))
-    plan = plans.get(problem)
-    if not plan.direct:
-        raise ValueError(f"linear_{_NAMES[element]} runs in place only for now: K ({k}) a multiple of 16 and "
-                         f"features ({m}) a multiple of {16 // dtypes.numpy_dtype(out_dtype).itemsize}")
-    if info is not None:
-        info["config"] = plan.config.name
-    if out is not None:
-        y, d_ptr = _out_array(out, n, m, out_dtype)
-    elif torch_in:
-        import torch
+    stream = torch_stream(device_id) if torch_in else cupy.cuda.get_current_stream()
+    with stream:   # copies and buffers in the launching stream's order
+        if x.strides != (k, 1):   # a strided view: one contiguous copy (x.T is then K-major)
+            x = cupy.ascontiguousarray(x)
+        if out is not None:
+            y, d_ptr = _out_array(out, n, m, out_dtype)
+        elif torch_in:
+            import torch
 
-        y = torch.empty((n, m), dtype=_torch_dtype(out_dtype), device=xq.device)
-        d_ptr = y.data_ptr()
-    else:
-        y = cupy.empty((n, m), dtype=_storage(out_dtype))
-        d_ptr = y.data.ptr
-    stream = torch_stream(device_id) if torch_in else None
-    plan.launch_direct(sw, x.data.ptr, d_ptr, stream, scales=scale_ptrs)
+            y = torch.empty((n, m), dtype=_torch_dtype(out_dtype), device=xq.device)
+            d_ptr = y.data_ptr()
+        else:
+            y = cupy.empty((n, m), dtype=_storage(out_dtype))
+            d_ptr = y.data.ptr
+        arch, sm_count = device.facts(device_id)
+        # x.T and D are column-major; their alignment decides whether TMA takes them in place
+        problem = Problem("sm90", m, n, k, element, out_dtype, Operand("col", k, alignment_class(x.data.ptr)),
+                          Operand("col", m, alignment_class(d_ptr)), None,
+                          Epilogue(alpha=alpha, activation=activation, scales="none" if raw else "row_col"),
+                          None, None, device_id, arch, sm_count)
+        plan = plans.get(problem)
+        if info is not None:
+            info["config"] = plan.config.name
+        if plan.direct:
+            plan.launch_direct(sw, x.data.ptr, d_ptr, stream, scales=scale_ptrs)
+        else:   # features or an out TMA cannot write in place: D staged and copied in
+            plan.launch_staged(sw, x.data.ptr, d_ptr, stream, scales=scale_ptrs)
     return y
 
 

@@ -218,13 +218,14 @@ class Sm90Plan:
         (a CuPy stream; default the current one)."""
         self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream, scales), stream)
 
-    def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream) -> None:
+    def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=(0, 0)) -> None:
         """run() from the caller's pointers, x and D laid out as the Problem says (C
-        unread), on `stream`: x copied into an aligned buffer, D written to one and
-        copied out, as the plan stages them. The buffers come from the stream's pool, so
-        a repeated call gets the same ones and finds its Params built."""
+        unread), on `stream` (default: the current one): x copied into an aligned buffer,
+        D written to one and copied out, as the plan stages them. The buffers come from
+        the stream's pool, so a repeated call gets the same ones and finds its Params built."""
         import cupy
 
+        stream = stream or cupy.cuda.get_current_stream()
         p, k = self.problem, self.kernel_problem
         item, out_item = dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize
         x_row, d_row = p.layout_b == "row", self.layout_c == "row"
@@ -238,7 +239,7 @@ class Sm90Plan:
             if self.stage_out:
                 d_buffer = cupy.empty((p.m if d_row else self.n_k) * self.ldd * out_item, dtype=cupy.uint8)
                 kernel_d = d_buffer.data.ptr
-            self.launch(self.ready(sw, (x_ptr, kernel_d, kernel_d), None, stream), stream)
+            self.launch(self.ready(sw, (x_ptr, kernel_d, kernel_d), None, stream, scales), stream)
             if self.stage_out:
                 lines, width = (p.m, p.n * out_item) if d_row else (p.n, p.m * out_item)
                 copy_lines(d_ptr, p.out.ld * out_item, kernel_d, self.ldd * out_item, width, lines)
