@@ -80,12 +80,13 @@ def test_new_n_cupy_never_synchronizes(weight):
 def test_host_grid_is_cutlass_grid(weight, m):
     """For each kernel the loop uses and problem sizes around it (swizzles included), the
     grid launch.grid computes equals the one CUTLASS's setup reports (the check inside
-    _prepare_on_device raises otherwise)."""
+    sm90_prepare.on_device raises otherwise)."""
     import dataclasses
 
     import cupy
 
     from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.launch import sm90_prepare
     from cutlass_sparse.launch.sm90 import Sm90Plan
     from cutlass_sparse.plan import plans
 
@@ -99,7 +100,7 @@ def test_host_grid_is_cutlass_grid(weight, m):
             for n in (8, 24, 136, 512, 4096):
                 problem = Problem.contiguous("sm90", m, n, 4096, layout_b="col")
                 plan = Sm90Plan(problem, dataclasses.replace(config, swizzle=swizzle))
-                plan._prepare_on_device((ptr,) * 5)
+                sm90_prepare.on_device(plan, (ptr,) * 5)
                 checked += 1
     assert checked == len(kernels) * 20
 

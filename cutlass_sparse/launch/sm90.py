@@ -26,8 +26,8 @@ from ..describe import catalog, dtypes, selection
 from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
-from ..emit.sm90 import DECOMPOSITIONS, INFO_FIELDS, SETUP_SCALED, setup_layout
-from . import device, grid, modules, sm90_params, tma
+from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
+from . import device, modules, sm90_params, sm90_prepare
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import copy_lines, copy_rows, stage
 
@@ -42,18 +42,6 @@ RASTER = 0
 # repeats its pointers (a plan, a benchmark, a weight applied to the same buffers) reuses
 # the Params built last time and launches the GEMM alone.
 PARAMS_PER_PLAN = 64
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """What one problem signature needs besides pointers: descriptor templates, the grid, and
-    the workspace (bytes, and the barrier region that is zeroed before every launch)."""
-
-    templates: object
-    grid: tuple[int, int, int]
-    workspace_bytes: int
-    barrier_offset: int
-    barrier_bytes: int
 
 
 @dataclass
@@ -75,15 +63,6 @@ class Ready:
 
 
 _CIntptr = None
-
-
-# Per (kernel, device): TMA descriptor templates. A descriptor's rank, box, element
-# strides, swizzle and type come from the kernel's static layouts (make_tma_copy_desc);
-# only address, sizes and strides vary, and the setup entry replaces those on the device.
-_templates: dict[tuple[str, int], object] = {}
-# Per (kernel, device, sizes, leading dimensions, scheduling, swizzle): grid and workspace.
-_prepared: dict[tuple, Prepared] = {}
-_prepared_lock = threading.Lock()
 
 
 class Sm90Plan:
@@ -128,6 +107,7 @@ class Sm90Plan:
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
                                        catalog.load(catalog.for_element(FAMILY, p.element)).swizzle)
         self.atom_k = self.config.atom_k   # which metadata layout the kernel reads
+        self.raster = RASTER
         self.ldd = out.ld
         self.ldc = c.ld if p.epilogue.reads_c else self.ldd
         # cs.plan and the eager path launch directly when nothing is staged and D is the
@@ -304,7 +284,7 @@ class Sm90Plan:
         p, e, k = self.problem, self.problem.epilogue, self.kernel_problem
         return setup_layout(self.config).pack(
             ldb=k.x.ld, ldc=self.ldc, ldd=self.ldd, m=k.m, n=k.n, k=k.k, sm_count=p.sm_count,
-            swizzle=self.swizzle, raster=RASTER, splits=self.scheduling.splits,
+            swizzle=self.swizzle, raster=self.raster, splits=self.scheduling.splits,
             decomposition=DECOMPOSITIONS[self.scheduling.decomposition],
             alpha=e.alpha, beta=e.beta, activation_arg=e.leaky_slope)
 
@@ -319,65 +299,11 @@ class Sm90Plan:
             raise ValueError(f"{self.config.name} takes no scales (its epilogue is not a scaled one)")
         return layout.as_argument(block)
 
-    def _prepared(self, pointers) -> Prepared:
-        if self._prepared_value is not None:
-            return self._prepared_value
-        p = self.problem
-        shape_key = (self.compiled.key, p.device_id, p.m, self.n_k, p.k, self.kernel_problem.x.ld, self.ldc, self.ldd,
-                     self.scheduling, self.swizzle)   # swizzle: the grid
-        prepared = _prepared.get(shape_key)
-        if prepared is None:
-            with _prepared_lock:
-                prepared = _prepared.get(shape_key)
-                if prepared is None:
-                    prepared = _prepared[shape_key] = self._prepare(pointers)
-        self._prepared_value = prepared
-        return prepared
-
-    def _host_grid(self) -> tuple[int, int, int]:
-        k = self.kernel_problem
-        return grid.persistent_grid(k.m, k.n, self.config.threadblock[:2], self.config.cluster[:2],
-                                    k.sm_count, self.swizzle, RASTER)
-
-    def _prepare(self, pointers) -> Prepared:
-        """What a new problem shape needs: on the host for a persistent-scheduler kernel
-        whose templates this device has; else from one synchronizing setup."""
-        key = (self.compiled.key, self.problem.device_id)
-        templates = _templates.get(key)
-        if templates is not None and self.config.tile_scheduler != "streamk":
-            return Prepared(templates, self._host_grid(), 0, 0, 0)
-        prepared = self._prepare_on_device(pointers)
-        _templates.setdefault(key, prepared.templates)
-        return prepared
-
-    def _prepare_on_device(self, pointers) -> Prepared:
-        """Run the setup leaving CuTe's TMA recipes, check what CUTLASS reports (and that the
-        host's grid agrees), and encode the recipes into descriptor templates. Synchronizes."""
-        import cupy
-
-        symbol = self.compiled.symbol
-        params = cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
-        info_out = cupy.zeros(len(INFO_FIELDS), dtype=cupy.int64)
-        recipes = cupy.zeros(16 * 128, dtype=cupy.uint8)
-        block = self._setup_arguments(pointers, params.data.ptr, 0, recipes.data.ptr, info_out.data.ptr)
-        self.loaded.launch(self.problem.device_id, (1, 1, 1), (block,), symbol=f"{symbol}_setup", threads=1,
-                           shared_bytes=0)
-        info = dict(zip(INFO_FIELDS, (int(v) for v in info_out.get())))   # synchronizes
-        k = self.kernel_problem
-        problem = f"{k.m}x{k.n}x{k.k}"
-        if not info["can_implement"]:
-            raise ValueError(f"CUTLASS cannot implement {problem} with {symbol}: use family='sm80'")
-        if not 0 < info["tma_slots"] <= 16:
-            raise RuntimeError(f"{symbol}: setup found {info['tma_slots']} TMA descriptor slots")
-        reported = (info["grid_x"], info["grid_y"], info["grid_z"])
-        if self.config.tile_scheduler != "streamk" and self._host_grid() != reported:
-            raise RuntimeError(f"{symbol} {problem}: CUTLASS launches grid {reported}, launch.grid computed "
-                               f"{self._host_grid()}: the host's copy of the scheduler is out of date")
-        templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
-        if self.config.tile_scheduler != "streamk":
-            sm90_params.pointer_maps[(self.compiled.key, self.problem.device_id)] = sm90_params.map_pointers(
-                self, templates, setup_layout(self.config) is SETUP_SCALED)
-        return Prepared(templates, reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])
+    def _prepared(self, pointers) -> sm90_prepare.Prepared:
+        """What this plan's problem shape needs besides pointers (kept by the plan)."""
+        if self._prepared_value is None:
+            self._prepared_value = sm90_prepare.prepared(self, pointers)
+        return self._prepared_value
 
     def _params_buffer(self, stream=None):
         """A device buffer for this kernel's Params, from the pool of the stream that uses it

@@ -12,7 +12,7 @@ import cupy  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cutlass_sparse.describe.problem import Problem  # noqa: E402
-from cutlass_sparse.launch import sm90_params  # noqa: E402
+from cutlass_sparse.launch import sm90_params, sm90_prepare  # noqa: E402
 from cutlass_sparse.launch.sm90 import Sm90Plan  # noqa: E402
 from cutlass_sparse.plan import plans  # noqa: E402
 
@@ -28,7 +28,7 @@ def main():
                 for n in (24, 136, 512) if "--quick" in sys.argv else (8, 24, 136, 512, 4096):
                     plan = Sm90Plan(Problem.contiguous("sm90", m, n, 4096, layout_b="col"),
                                     dataclasses.replace(config, swizzle=swizzle))
-                    prepared = plan._prepare_on_device((ptr,) * 5)
+                    prepared = sm90_prepare.on_device(plan, (ptr,) * 5)
                     found = sm90_params.pointer_maps.get((plan.compiled.key, 0))
                     print(f"{'map' if found else 'NONE'} {config.name} m {m} n {n} swizzle {swizzle}: "
                           f"{sm90_params.failures if found is None else found}", flush=True)

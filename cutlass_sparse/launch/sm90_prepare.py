@@ -1,0 +1,97 @@
+"""What an sm90 problem shape needs besides pointers: TMA descriptor templates, the launch
+grid and the workspace. On the host for a persistent-scheduler kernel whose templates
+this device has (launch.grid computes CUTLASS's grid); else from one setup launch, which
+synchronizes, reads what CUTLASS reports, and maps the kernel's pointers in Params
+(sm90_params) on the way."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from ..emit.sm90 import INFO_FIELDS, SETUP_SCALED, setup_layout
+from . import grid, sm90_params, tma
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What one problem signature needs besides pointers: descriptor templates, the grid, and
+    the workspace (bytes, and the barrier region that is zeroed before every launch)."""
+
+    templates: object
+    grid: tuple[int, int, int]
+    workspace_bytes: int
+    barrier_offset: int
+    barrier_bytes: int
+
+
+# Per (kernel, device): TMA descriptor templates. A descriptor's rank, box, element
+# strides, swizzle and type come from the kernel's static layouts (make_tma_copy_desc);
+# only address, sizes and strides vary, and the setup entry replaces those on the device.
+_templates: dict[tuple[str, int], object] = {}
+# Per (kernel, device, sizes, leading dimensions, scheduling, swizzle): grid and workspace.
+_prepared: dict[tuple, Prepared] = {}
+_prepared_lock = threading.Lock()
+
+
+def prepared(plan, pointers) -> Prepared:
+    """The plan's problem shape's Prepared (kept per kernel, device, sizes, leading
+    dimensions, scheduling and swizzle). pointers: stand-ins a setup may run with."""
+    p = plan.problem
+    shape_key = (plan.compiled.key, p.device_id, p.m, plan.n_k, p.k, plan.kernel_problem.x.ld, plan.ldc, plan.ldd,
+                 plan.scheduling, plan.swizzle)   # swizzle: the grid
+    prepared = _prepared.get(shape_key)
+    if prepared is None:
+        with _prepared_lock:
+            prepared = _prepared.get(shape_key)
+            if prepared is None:
+                prepared = _prepared[shape_key] = _prepare(plan, pointers)
+    return prepared
+
+
+def host_grid(plan) -> tuple[int, int, int]:
+    """The launch grid of the plan's persistent-scheduler kernel, computed here (launch.grid)."""
+    k = plan.kernel_problem
+    return grid.persistent_grid(k.m, k.n, plan.config.threadblock[:2], plan.config.cluster[:2],
+                                k.sm_count, plan.swizzle, plan.raster)
+
+
+def _prepare(plan, pointers) -> Prepared:
+    """What a new problem shape needs: on the host for a persistent-scheduler kernel
+    whose templates this device has; else from one synchronizing setup."""
+    key = (plan.compiled.key, plan.problem.device_id)
+    templates = _templates.get(key)
+    if templates is not None and plan.config.tile_scheduler != "streamk":
+        return Prepared(templates, host_grid(plan), 0, 0, 0)
+    prepared = on_device(plan, pointers)
+    _templates.setdefault(key, prepared.templates)
+    return prepared
+
+
+def on_device(plan, pointers) -> Prepared:
+    """Run the setup leaving CuTe's TMA recipes, check what CUTLASS reports (and that the
+    host's grid agrees), and encode the recipes into descriptor templates. Synchronizes."""
+    import cupy
+
+    symbol = plan.compiled.symbol
+    params = cupy.empty(plan.compiled.constants["params_bytes"], dtype=cupy.uint8)
+    info_out = cupy.zeros(len(INFO_FIELDS), dtype=cupy.int64)
+    recipes = cupy.zeros(16 * 128, dtype=cupy.uint8)
+    block = plan._setup_arguments(pointers, params.data.ptr, 0, recipes.data.ptr, info_out.data.ptr)
+    plan.loaded.launch(plan.problem.device_id, (1, 1, 1), (block,), symbol=f"{symbol}_setup", threads=1,
+                       shared_bytes=0)
+    info = dict(zip(INFO_FIELDS, (int(v) for v in info_out.get())))   # synchronizes
+    k = plan.kernel_problem
+    problem = f"{k.m}x{k.n}x{k.k}"
+    if not info["can_implement"]:
+        raise ValueError(f"CUTLASS cannot implement {problem} with {symbol}: use family='sm80'")
+    if not 0 < info["tma_slots"] <= 16:
+        raise RuntimeError(f"{symbol}: setup found {info['tma_slots']} TMA descriptor slots")
+    reported = (info["grid_x"], info["grid_y"], info["grid_z"])
+    if plan.config.tile_scheduler != "streamk" and host_grid(plan) != reported:
+        raise RuntimeError(f"{symbol} {problem}: CUTLASS launches grid {reported}, launch.grid computed "
+                           f"{host_grid(plan)}: the host's copy of the scheduler is out of date")
+    templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
+    if plan.config.tile_scheduler != "streamk":
+        sm90_params.pointer_maps[(plan.compiled.key, plan.problem.device_id)] = sm90_params.map_pointers(
+            plan, templates, setup_layout(plan.config) is SETUP_SCALED)
+    return Prepared(templates, reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])
