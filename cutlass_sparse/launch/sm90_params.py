@@ -104,9 +104,11 @@ class Template:
 
     def arrived(self) -> bytes | None:
         """The Params once the copy has landed (never waits), else None."""
-        if self.bytes is None and self._event.done:
-            self.bytes = ctypes.string_at(self._host.ptr, self.nbytes)
-            self._host = self._event = None
+        if self.bytes is None:
+            host, event = self._host, self._event   # another thread may clear them meanwhile
+            if event is not None and event.done:
+                self.bytes = ctypes.string_at(host.ptr, self.nbytes)
+                self._host = self._event = None
         return self.bytes
 
 
