@@ -15,20 +15,7 @@ import torch  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse.api import eager, interop, matmul as api_matmul  # noqa: E402
-
-
-def host_us(call, calls=2000, rounds=5):
-    for _ in range(50):
-        call()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(times)
+from probe_eager_parts import host_us  # noqa: E402  (this folder is on sys.path when run as a script)
 
 
 def main():
