@@ -9,7 +9,8 @@ column-major), N in the same range (selection.n_range) and as aligned. Its
 Problem is that call's with N replaced, and its plan is made around the same kernel
 (plan.plans): no checks, no selection, no device synchronization. A class's first call
 has the device build Params for the rest of its N range on a side stream
-(Sm90Plan.build_ahead), so the range's new N launch the GEMM alone.
+(Sm90Plan.build_ahead) and remembers their plans under the keys those calls will have,
+so the range's new N are one lookup and launch the GEMM alone.
 
 Only plain calls take it (a 2-D x, a SparseMatrix on the device, no c, bias, workspace,
 info or profiling); a call whose operands the api staged itself (a strided x, an out that
