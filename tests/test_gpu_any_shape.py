@@ -37,3 +37,48 @@ def test_valid_problem_runs_and_matches_dense(case):
     assert y.shape == (case.m, case.n) and y.dtype == np_dtype
     err = reference.relative_error(y, reference.to_float32(w) @ reference.to_float32(x_plain))
     assert err <= TOLERANCE[case.dtype], f"relative error {err:.3e}"
+
+
+def _torch_view(array):
+    """A torch tensor over a CuPy array's memory, strides and offset kept (bf16 through int16 bits)."""
+    import cupy
+    import torch
+
+    if array.dtype == cs.bfloat16:
+        return torch.as_tensor(array.view(cupy.int16), device="cuda").view(torch.bfloat16)
+    return torch.as_tensor(array, device="cuda")
+
+
+# torch's allocator makes the out of an N = 1 call an [M, 1] column, which sm90 writes
+# column-major: another kernel than the CuPy case's, left to the CuPy sweep
+TORCH_CASES = [c for c in any_shape_cases.cases("sm90") if c.n > 1 or c.out_store != "none"]
+
+
+@pytest.mark.parametrize("case", TORCH_CASES, ids=lambda c: c.id)
+def test_valid_problem_runs_with_torch_tensors(case):
+    """The same problems with torch tensors over the same memory, each called twice: the
+    first call takes the full path, the second the eager path (from the tensors' pointers,
+    staging what TMA cannot take). Both checked against dense."""
+    import cupy
+    import torch
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    rng = cupy.random.default_rng(hash(case.id) % 2**31)
+    np_dtype = dtypes.numpy_dtype(case.dtype)
+    w = cs.prune_2to4(dtypes.from_float32(rng.standard_normal((case.m, case.k), dtype=cupy.float32), np_dtype))
+    x_plain = dtypes.from_float32(rng.standard_normal((case.k, case.n), dtype=cupy.float32), np_dtype)
+    x = _torch_view(any_shape_cases.stored(x_plain, case.x_store, case.layout))
+    sw = cs.compress(w, layout="sm90")
+    out_cupy = any_shape_cases.out_array(case, np_dtype)
+    out = None if out_cupy is None else _torch_view(out_cupy)
+    ref = reference.to_float32(w) @ reference.to_float32(x_plain)
+    for call in ("full path", "eager path"):
+        y = cs.matmul(sw, x, out=out)
+        assert isinstance(y, torch.Tensor) and tuple(y.shape) == (case.m, case.n)
+        if out is not None:
+            assert y is out
+        torch.cuda.current_stream().synchronize()
+        got = cupy.asarray(y.view(torch.int16)).view(np_dtype) if case.dtype == "bf16" else cupy.asarray(y)
+        err = reference.relative_error(got, ref)
+        assert err <= TOLERANCE[case.dtype], f"{call}: relative error {err:.3e}"
