@@ -2,6 +2,8 @@
 patching a copy, against a stand-in for the device's setup (no GPU needed)."""
 import struct
 
+import pytest
+
 from cutlass_sparse.launch import sm90_params
 
 WORDS = 24
@@ -42,12 +44,25 @@ def test_a_pointer_stored_any_other_way_gives_no_map():
 
 
 def test_patched_copy_equals_a_setup_with_those_pointers():
-    layout = (8, 4, 11, 13, 20)
+    """HostParams sends, for each pointer set, exactly what a setup with those pointers
+    builds; its one buffer is patched again for the next set (the copy is read at once)."""
+    import ctypes
+    from unittest import mock
+
+    cupy = pytest.importorskip("cupy")
+    layout = (8, 4, 11, None, 20)
     run_setup = fake_setup(layout)
     offsets = sm90_params.find_pointer_map(run_setup, 5, 0x7F0000000000)
-    built = run_setup((0x1000, 0x2000, 0x3000, 0x4000, 0x5000))
-    new = (0x7F00DEAD0000, 0x7F00BEEF0000, 0x10, 0x20, 0x30)
-    assert bytes(sm90_params.patched(built, offsets, new)) == run_setup(new)
+    host = sm90_params.HostParams(run_setup((0x1000, 0x2000, 0x3000, 0x4000, 0x5000)), offsets)
+    sent = []
+
+    def memcpy(dst, src, size, kind, stream):   # what the driver stages before returning
+        sent.append((dst, ctypes.string_at(src, size), stream))
+
+    with mock.patch.object(cupy.cuda.runtime, "memcpyAsync", memcpy):
+        for new in ((0x7F00DEAD0000, 0x7F00BEEF0000, 0x10, 0x20, 0x30), (0x40, 0x50, 0x60, 0x70, 0x80)):
+            host.send(new, 0xD000, 7)
+            assert sent[-1] == (0xD000, run_setup(new), 7)
 
 
 

@@ -132,15 +132,6 @@ def request(key: tuple, params, stream) -> None:
             _templates.popitem(last=False)
 
 
-def patched(params_bytes: bytes, offsets: tuple[int | None, ...], pointers: tuple[int, ...]) -> bytearray:
-    """A host copy of Params with each pointer written into its word."""
-    block = bytearray(params_bytes)
-    for offset, pointer in zip(offsets, pointers):
-        if offset is not None:
-            _WORD.pack_into(block, offset, pointer)
-    return block
-
-
 class HostParams:
     """A kernel's Params for one shape on the host, ready to be patched and sent: one
     buffer, written in place (a pageable copy is staged by the driver before the call
