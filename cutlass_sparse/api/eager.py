@@ -59,7 +59,7 @@ class Entry:
         import torch
 
         if self.torch_out is None:
-            self.torch_out = _torch_out(self.problem.element_out)
+            self.torch_out = torch_out_dtype(self.problem.element_out)
         m, n = self.out_shape
         return torch.empty((n, m) if transposed else (m, n), dtype=self.torch_out, device=device)
 
@@ -67,7 +67,8 @@ class Entry:
 _torch_outs: dict[str, object] = {}   # output type name -> torch dtype
 
 
-def _torch_out(element_out: str):
+def torch_out_dtype(element_out: str):
+    """The torch dtype of an output type (None for one torch has no dtype for here)."""
     found = _torch_outs.get(element_out)
     if found is None:
         found = _torch_outs[element_out] = interop.torch_dtype(dtypes.numpy_dtype(element_out))

@@ -15,9 +15,6 @@ from . import batched, eager, operands
 from .interop import is_torch, torch_io
 
 
-_TORCH_OUT = {}   # our output type name -> torch dtype, filled on the first torch call
-
-
 def _torch_out(sw, x, *, out_dtype=None, tokens_major=False, **_):
     """For torch operands: the [M, N] torch tensor a 2-D call writes, allocated by torch
     (tokens_major: its transpose, [N, M])."""
@@ -28,12 +25,11 @@ def _torch_out(sw, x, *, out_dtype=None, tokens_major=False, **_):
     if out_dtype is None:
         dtype = torch.int32 if x.dtype == torch.int8 else x.dtype
     else:
-        if not _TORCH_OUT:
-            _TORCH_OUT.update(f16=torch.float16, bf16=torch.bfloat16, f32=torch.float32, s8=torch.int8,
-                              s32=torch.int32)
         try:
-            dtype = _TORCH_OUT[dtypes.parse(out_dtype)]
+            dtype = eager.torch_out_dtype(dtypes.parse(out_dtype))
         except (KeyError, ValueError):
+            dtype = None
+        if dtype is None:
             return None   # cs.matmul says what is wrong with it
     shape = (x.shape[1], sw.shape[0]) if tokens_major else (sw.shape[0], x.shape[1])
     return torch.empty(shape, dtype=dtype, device=x.device)

@@ -126,8 +126,8 @@ class Plan:
                                        tuple(s // self.np_out.itemsize for s in self.out_strides))
         shape, strides, dtype, out_dtype, out_strides = want
         device = self.x_key[3]
-        if out_dtype is None or x.shape != shape or x.dtype != dtype or x.get_device() != device or x.stride() != strides \
-                or x.data_ptr() % self.align_x or cupy.cuda.runtime.getDevice() != device:
+        if out_dtype is None or x.shape != shape or x.dtype != dtype or x.get_device() != device \
+                or x.stride() != strides or x.data_ptr() % self.align_x or cupy.cuda.runtime.getDevice() != device:
             return None
         if out is None:
             out = torch.empty(self.out_shape, dtype=out_dtype, device=x.device)
