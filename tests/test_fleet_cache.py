@@ -75,6 +75,7 @@ def fake_nvrtc(monkeypatch):
 
     monkeypatch.setattr(compiler, "compile_to_cubin", compile_to_cubin)
     monkeypatch.setattr(kernels.cubin, "kernel_param_bytes", lambda data, symbol: _Matches())
+    monkeypatch.setattr(kernels.cubin, "kernel_param_sizes", lambda data, symbol: _Matches())
     monkeypatch.setattr(kernels.cubin, "read_int32", lambda data, symbol: 128)
     return compiled
 

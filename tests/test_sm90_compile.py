@@ -59,7 +59,8 @@ def test_gemm_compiles_for_sm90a(shared_cache_path, scheduler):
     config = fam.config(_tile(scheduler), "f16", "f16", "row", 8, 8)
     assert config.name.endswith("_streamk") == (scheduler == "streamk")
     compiled = kernels.get(config, "sm_90a", KernelCache(shared_cache_path))
-    assert cubin.kernel_param_bytes(compiled.cubin, config.name) == 8            # Params const*
+    # Params by value, then the setup's buffer (or null)
+    assert cubin.kernel_param_sizes(compiled.cubin, config.name) == (compiled.constants["params_bytes"], 8)
     assert cubin.kernel_param_bytes(compiled.cubin, f"{config.name}_setup") == SETUP.dtype.itemsize
     c = compiled.constants
     assert c["threads"] == 384                    # producer + 2 consumer warpgroups

@@ -44,26 +44,41 @@ def test_a_pointer_stored_any_other_way_gives_no_map():
 
 
 def test_patched_copy_equals_a_setup_with_those_pointers():
-    """HostParams sends, for each pointer set, exactly what a setup with those pointers
-    builds; its one buffer is patched again for the next set (the copy is read at once)."""
-    import ctypes
-    from unittest import mock
-
-    cupy = pytest.importorskip("cupy")
+    """HostParams gives, for each pointer set, exactly the Params a setup with those
+    pointers builds, as a record of its own: its one buffer is patched again for the next
+    set, and an earlier record (kept by a Ready, or in a captured graph's launch) stays
+    as it was."""
     layout = (8, 4, 11, None, 20)
     run_setup = fake_setup(layout)
     offsets = sm90_params.find_pointer_map(run_setup, 5, 0x7F0000000000)
     host = sm90_params.HostParams(run_setup((0x1000, 0x2000, 0x3000, 0x4000, 0x5000)), offsets)
-    sent = []
+    sets = ((0x7F00DEAD0000, 0x7F00BEEF0000, 0x10, 0x20, 0x30), (0x40, 0x50, 0x60, 0x70, 0x80))
+    records = [host.record(new) for new in sets]
+    for new, record in zip(sets, records):
+        assert record.shape == (1,) and record.dtype.itemsize == len(run_setup(new))
+        assert record.tobytes() == run_setup(new)
 
-    def memcpy(dst, src, size, kind, stream):   # what the driver stages before returning
-        sent.append((dst, ctypes.string_at(src, size), stream))
 
-    with mock.patch.object(cupy.cuda.runtime, "memcpyAsync", memcpy):
-        for new in ((0x7F00DEAD0000, 0x7F00BEEF0000, 0x10, 0x20, 0x30), (0x40, 0x50, 0x60, 0x70, 0x80)):
-            host.send(new, 0xD000, 7)
-            assert sent[-1] == (0xD000, run_setup(new), 7)
+def test_a_range_comes_back_in_one_copy():
+    """build_ahead's Templates share one Copy: each reads its own slot once the copy has
+    landed, none before, and the pinned buffer goes with the last of them."""
+    import ctypes
 
+    class FakeCopy:
+        def __init__(self, data):
+            self.buffer = ctypes.create_string_buffer(data, len(data))
+            self.done = False
+
+        def landed(self):
+            return ctypes.addressof(self.buffer) if self.done else None
+
+    slots = [bytes([i]) * 40 for i in range(3)]
+    copy = FakeCopy(b"".join(slot + bytes(24) for slot in slots))
+    made = [sm90_params.Template(copy, 64 * i, 40) for i in range(3)]
+    assert all(t.arrived() is None for t in made)
+    copy.done = True
+    assert [t.arrived() for t in made] == slots
+    assert all(t._copy is None for t in made)
 
 
 def stale_setup(layout, stale_word):

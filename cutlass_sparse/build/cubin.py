@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 
 _EIATTR_CBANK_PARAM_SIZE = 0x19   # .nv.info.<kernel>: total bytes of the kernel's parameters
+_EIATTR_KPARAM_INFO = 0x17        # .nv.info.<kernel>: one per parameter (ordinal, offset, size)
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 
 
@@ -57,8 +58,8 @@ def read_int32(data: bytes, symbol: str) -> int:
     return struct.unpack("<i", raw)[0]
 
 
-def kernel_param_bytes(data: bytes, kernel: str) -> int:
-    """Size of `kernel`'s parameter block, from its .nv.info attributes."""
+def _attributes(data: bytes, kernel: str):
+    """(format, attribute, position) of each entry of `kernel`'s .nv.info section."""
     sections = _sections(data)
     key = f".nv.info.{kernel}"
     if key not in sections:
@@ -67,11 +68,26 @@ def kernel_param_bytes(data: bytes, kernel: str) -> int:
     pos, end = offset, offset + size
     while pos < end:
         fmt, attr = data[pos], data[pos + 1]
-        if fmt == _EIFMT_SVAL:
-            length, = struct.unpack_from("<H", data, pos + 2)
-            pos += 4 + length
-            continue
+        yield fmt, attr, pos
+        pos += 4 + struct.unpack_from("<H", data, pos + 2)[0] if fmt == _EIFMT_SVAL else 4
+
+
+def kernel_param_bytes(data: bytes, kernel: str) -> int:
+    """Size of `kernel`'s parameter block, from its .nv.info attributes."""
+    for fmt, attr, pos in _attributes(data, kernel):
         if attr == _EIATTR_CBANK_PARAM_SIZE and fmt == _EIFMT_HVAL:
             return struct.unpack_from("<H", data, pos + 2)[0]
-        pos += 4
     raise CubinError(f"no parameter-size attribute for kernel {kernel!r}")
+
+
+def kernel_param_sizes(data: bytes, kernel: str) -> tuple[int, ...]:
+    """Each of `kernel`'s parameters' size in bytes, in declaration order. (The block's total
+    also holds alignment padding, which depends on where the parameter bank starts.)"""
+    sizes = {}
+    for fmt, attr, pos in _attributes(data, kernel):
+        if attr == _EIATTR_KPARAM_INFO and fmt == _EIFMT_SVAL:
+            _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", data, pos + 4)
+            sizes[ordinal] = flags >> 18   # the top 14 bits
+    if sorted(sizes) != list(range(len(sizes))):
+        raise CubinError(f"kernel {kernel!r} lists parameters {sorted(sizes)}")
+    return tuple(sizes[i] for i in range(len(sizes)))

@@ -176,13 +176,17 @@ def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) ->
         _say_compiling(config, arch, cache)
     compiled = compiler.compile_to_cubin(emitted.source, config.name, options, emitted.headers)
     log.info("compiled %s for %s in %.1f s", config.name, arch, compiled.seconds)
+    constants = {c: cubin.read_int32(compiled.cubin, f"{config.name}_{c}") for c in emitted.constants}
     for symbol, expected in emitted.entries.items():
-        got = cubin.kernel_param_bytes(compiled.cubin, symbol)
+        if isinstance(expected, tuple):   # each parameter's size; a name stands for a constant's value
+            expected = tuple(constants[size] if isinstance(size, str) else size for size in expected)
+            got = cubin.kernel_param_sizes(compiled.cubin, symbol)
+        else:
+            got = cubin.kernel_param_bytes(compiled.cubin, symbol)
         if got != expected:
             raise compiler.CompileError(
                 config.name, f"entry {symbol} takes {got} parameter bytes; the launcher passes {expected}",
                 options, compiler.dump_source(emitted.source, config.name))
-    constants = {c: cubin.read_int32(compiled.cubin, f"{config.name}_{c}") for c in emitted.constants}
     meta = {"constants": constants, "compile_seconds": round(compiled.seconds, 3),
             "config": config.to_json(), "toolchain": env.toolchain_identity()}
     cache.put(key, config.name, arch, compiled.cubin, meta)

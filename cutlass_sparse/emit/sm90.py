@@ -9,7 +9,9 @@ Three entries per kernel:
   rank, type, box and swizzle, see tma.py) and replaces address, sizes and strides
   with tensormap.replace. It also reports the grid, the workspace size and whether
   CUTLASS can implement the problem.
-- `<name>` runs GemmUniversal on the Params in that buffer.
+- `<name>` runs GemmUniversal on Params passed by value (a host copy of the setup's
+  Params, patched with the call's pointers: launch.sm90_params) or, where the second
+  argument is not null, on the Params in the setup's buffer (a shape's first calls).
 - constants the host reads from the cubin: shared_bytes, threads, params_bytes.
 """
 from __future__ import annotations
@@ -217,10 +219,13 @@ ${barrier_region}
 extern "C" __global__ void
 __launch_bounds__(GemmKernel::MaxThreadsPerBlock, GemmKernel::MinBlocksPerMultiprocessor)
 __cluster_dims__(${cm}, ${cn}, ${ck})
-${name}(Params const *params) {
+${name}(__grid_constant__ Params const params, Params const *from_device) {
   extern __shared__ __align__(128) char shared_storage[];
   GemmKernel op;
-  op(*params, shared_storage);
+  // Params come by value (a host copy patched with the call's pointers: no device buffer,
+  // no copy, safe to capture in a graph) or, before the host has a copy of this shape's,
+  // from the buffer the setup entry wrote. One body serves both: one instantiation.
+  op(from_device != nullptr ? *from_device : params, shared_storage);
 }
 """
 
@@ -254,7 +259,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element], config.atom_k),
         "before_includes": BEFORE_INCLUDES, "after_includes": AFTER_INCLUDES,
     })
-    return Emitted(source, {config.name: 8, f"{config.name}_setup": setup.dtype.itemsize},
+    return Emitted(source, {config.name: ("params_bytes", 8), f"{config.name}_setup": setup.dtype.itemsize},
                    ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(),
                    ("--device-int128",))
 

@@ -21,6 +21,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..build import kernels
 from ..describe import catalog, dtypes, selection
 from ..describe.arith import round_up
@@ -46,20 +48,23 @@ PARAMS_PER_PLAN = 64
 
 @dataclass
 class Ready:
-    """A built launch: Params in device memory, its grid, and the workspace it points into."""
+    """A built launch: the GEMM's arguments (Params by value, or a placeholder record and
+    the device buffer the setup entry wrote them to), its grid, and its workspace."""
 
-    params: object
+    args: tuple
     grid: tuple[int, int, int]
-    workspace: object
-    barrier: tuple[int, int]      # (byte offset, bytes) to zero before each launch
+    workspace: object = None
+    barrier: tuple[int, int] = (0, 0)   # (byte offset, bytes) to zero before each launch
+    params: object = None               # the setup's device buffer, kept alive while used
 
-    def __post_init__(self):
-        global _CIntptr
-        if _CIntptr is None:
-            from cupy.cuda.function import CIntptr as _CIntptr
-        # the launch's argument, the Params pointer, made once (an ndarray argument would
-        # have CuPy describe the whole array at every launch)
-        self.args = (_CIntptr(self.params.data.ptr),)
+
+def _pointer(value: int):
+    """A kernel pointer argument CuPy passes as it is (an ndarray argument would have CuPy
+    describe the whole array at every launch)."""
+    global _CIntptr
+    if _CIntptr is None:
+        from cupy.cuda.function import CIntptr as _CIntptr
+    return _CIntptr(value)
 
 
 _CIntptr = None
@@ -118,7 +123,7 @@ class Sm90Plan:
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
         self._block_key = bytes(self._block)   # with its pointer fields zero: what Params depend on besides pointers
-        self._gemm = self._setup = self._prepared_value = None
+        self._gemm = self._setup = self._prepared_value = self._placeholder = None
         # host copies of Params by which pointers are null (_from_host), and those on their way
         self._host_params: dict[tuple, sm90_params.HostParams] = {}
         self._templates: dict[tuple, sm90_params.Template] = {}
@@ -259,8 +264,8 @@ class Sm90Plan:
             self._templates[self._nulls(pointers, scales)] = made
 
     def _from_host(self, pointers, scales, stream) -> Ready | None:
-        """A launch whose Params are a host copy patched with these pointers (one
-        host-to-device copy), where such a copy has arrived; else None."""
+        """A launch whose Params are a host copy patched with these pointers, passed by
+        value, where such a copy has arrived; else None."""
         nulls = self._nulls(pointers, scales)
         host = self._host_params.get(nulls)
         if host is None:
@@ -270,14 +275,7 @@ class Sm90Plan:
             if params_bytes is None:
                 return None
             host = self._host_params[nulls] = sm90_params.HostParams(params_bytes, offsets)   # kept by the plan
-        import cupy
-
-        stream = stream or cupy.cuda.get_current_stream()
-        if sm90_params.capturing(stream.ptr):
-            return None
-        params = self._params_buffer(stream)
-        host.send(pointers + tuple(scales), params.data.ptr, stream.ptr)
-        return Ready(params, self._prepared(pointers).grid, None, (0, 0))
+        return Ready((host.record(pointers + tuple(scales)), _pointer(0)), self._prepared(pointers).grid)
 
     def _setup_block(self) -> bytearray:
         """The setup entry's argument block without its pointers (filled per build)."""
@@ -306,13 +304,11 @@ class Sm90Plan:
         return self._prepared_value
 
     def _params_buffer(self, stream=None):
-        """A device buffer for this kernel's Params, from the pool of the stream that uses it
+        """A device buffer for the setup's Params, from the pool of the stream that uses it
         (freed, it is reused in that stream's order)."""
         import cupy
 
-        if stream is None:
-            return cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
-        with stream:
+        with stream or cupy.cuda.get_current_stream():
             return cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
 
     def _build(self, pointers, workspace, stream=None, scales=(0, 0)) -> Ready:
@@ -329,15 +325,24 @@ class Sm90Plan:
         else:
             workspace = None
         params = self._params_buffer(stream)
-        block = self._setup_arguments(pointers, params.data.ptr, prepared.templates.data.ptr,
+        self._write_params(pointers, params.data.ptr, workspace, stream, scales)
+        if workspace is None and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
+            sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
+        placeholder = self._placeholder
+        if placeholder is None:   # the by-value argument the GEMM ignores when given a buffer
+            placeholder = self._placeholder = np.zeros(1, dtype=(np.void, self.compiled.constants["params_bytes"]))
+        return Ready((placeholder, _pointer(params.data.ptr)), prepared.grid, workspace,
+                     (prepared.barrier_offset, prepared.barrier_bytes), params)
+
+    def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=(0, 0)) -> None:
+        """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)
+        for these pointers to params_ptr."""
+        block = self._setup_arguments(pointers, params_ptr, self._prepared(pointers).templates.data.ptr,
                                       workspace=0 if workspace is None else workspace.data.ptr, scales=scales)
         setup = self._setup
         if setup is None:   # the loaded entry, looked up once per plan
             setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
         setup((1, 1, 1), (1, 1, 1), (block,), 0, stream)
-        if workspace is None and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
-            sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
-        return Ready(params, prepared.grid, workspace, (prepared.barrier_offset, prepared.barrier_bytes))
 
     def build_ahead(self, problems) -> dict:
         """Params for other N of this plan's range, built ahead (sm90_params.build_ahead);

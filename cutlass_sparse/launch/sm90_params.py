@@ -8,13 +8,11 @@ the kernel's first setup, which synchronizes anyway). After that:
 
 - the first Params the setup entry builds for a shape are copied back to pinned host
   memory without waiting (request); once the copy has landed, a call of that shape with
-  other pointers patches the copy and sends it with one host-to-device copy from
-  pageable memory, which the driver stages at once (no synchronization, no kernel);
+  other pointers patches the copy and passes it to the GEMM by value (no synchronization,
+  no kernel, no copy; a CUDA graph captures the patched Params with the launch);
 - a serving loop's new N finds Params that were built ahead: the first new N of a range
-  has the device build every N of the range at once (Sm90Plan.build_ahead).
-
-Under CUDA-graph capture the setup entry is used instead (a copy from host memory would
-be replayed from a buffer that has changed since).
+  has the device build every N of the range at once, and one copy brings them all back
+  (Sm90Plan.build_ahead).
 """
 from __future__ import annotations
 
@@ -32,6 +30,7 @@ _DELTAS = (16, 1 << 20)
 _SPACING = 4 << 20        # between the stand-in pointers of the mapping setups
 _WORD = struct.Struct("<Q")
 MAX_TEMPLATES = 16384    # about 1.5 KB each; the oldest go first
+_SLOT = 256              # build_ahead's Params slots: TMA descriptors want 64-byte alignment
 
 # (kernel key, device) -> offsets of each pointer's word in Params (None: not in Params),
 # or None where some pointer is not one plain word (then no host Params for that kernel).
@@ -87,29 +86,54 @@ def find_pointer_map(run_setup, count: int, base: int) -> tuple[int | None, ...]
     return tuple(offsets) if len(placed) == len(set(placed)) else None
 
 
-class Template:
-    """Params built on the device for one shape, on their way to pinned host memory."""
+class Copy:
+    """Params built on the device (one shape's, or a range's in slots of one buffer) on
+    their way to pinned host memory: one copy and one event however many shapes."""
 
     def __init__(self, params, stream):
         import cupy
 
-        self.nbytes = params.nbytes
-        self._host = cupy.cuda.alloc_pinned_memory(self.nbytes)
+        self._device = params   # kept until the copy has landed
+        self._host = cupy.cuda.alloc_pinned_memory(params.nbytes)
         runtime = cupy.cuda.runtime
         stream_ptr = (stream or cupy.cuda.get_current_stream()).ptr
-        runtime.memcpyAsync(self._host.ptr, params.data.ptr, self.nbytes, runtime.memcpyDeviceToHost, stream_ptr)
+        runtime.memcpyAsync(self._host.ptr, params.data.ptr, params.nbytes, runtime.memcpyDeviceToHost, stream_ptr)
         self._event = cupy.cuda.Event(disable_timing=True)
         self._event.record(stream)
+
+    def landed(self) -> int | None:
+        """The host address of the copy once it has landed (never waits), else None."""
+        event = self._event   # another thread may clear it meanwhile
+        if event is not None:
+            if not event.done:
+                return None
+            self._event = self._device = None
+        return self._host.ptr
+
+
+class Template:
+    """One shape's Params in a Copy (its bytes at offset), once they have arrived."""
+
+    def __init__(self, copy: Copy, offset: int, nbytes: int):
+        self._copy, self._offset, self.nbytes = copy, offset, nbytes
         self.bytes = None
 
     def arrived(self) -> bytes | None:
         """The Params once the copy has landed (never waits), else None."""
         if self.bytes is None:
-            host, event = self._host, self._event   # another thread may clear them meanwhile
-            if event is not None and event.done:
-                self.bytes = ctypes.string_at(host.ptr, self.nbytes)
-                self._host = self._event = None
+            copy = self._copy   # another thread may clear it meanwhile
+            host = None if copy is None else copy.landed()
+            if host is not None:
+                self.bytes = ctypes.string_at(host + self._offset, self.nbytes)
+                self._copy = None   # the last Template of a Copy to arrive frees its pinned memory
         return self.bytes
+
+
+def _keep(key: tuple, made: Template) -> None:
+    with _lock:
+        _templates.setdefault(key, made)
+        while len(_templates) > MAX_TEMPLATES:
+            _templates.popitem(last=False)
 
 
 def template(key: tuple) -> Template | None:
@@ -125,35 +149,28 @@ def request(key: tuple, params, stream) -> None:
 
     if capturing((stream or cupy.cuda.get_current_stream()).ptr):
         return
-    made = Template(params, stream)
-    with _lock:
-        _templates.setdefault(key, made)
-        while len(_templates) > MAX_TEMPLATES:
-            _templates.popitem(last=False)
+    _keep(key, Template(Copy(params, stream), 0, params.nbytes))
 
 
 class HostParams:
-    """A kernel's Params for one shape on the host, ready to be patched and sent: one
-    buffer, written in place (a pageable copy is staged by the driver before the call
-    returns, so the buffer is free again at once), under a lock (plans are shared between
-    threads)."""
+    """A kernel's Params for one shape on the host, patched with a call's pointers into a
+    record the GEMM entry takes by value (the driver copies kernel arguments at the launch:
+    no device buffer, no host-to-device copy, and a graph capture keeps its own copy).
+    One buffer, written in place under a lock (plans are shared between threads)."""
 
     def __init__(self, params_bytes: bytes, offsets: tuple[int | None, ...]):
         self._block = bytearray(params_bytes)
-        self._address = ctypes.addressof((ctypes.c_char * len(self._block)).from_buffer(self._block))
+        self._dtype = np.dtype((np.void, len(params_bytes)))
         self._words = [(offset, i) for i, offset in enumerate(offsets) if offset is not None]
         self._lock = threading.Lock()
 
-    def send(self, pointers: tuple[int, ...], device_ptr: int, stream_ptr: int) -> None:
-        """Params with these pointers, copied to device_ptr on the stream."""
-        import cupy
-
-        runtime = cupy.cuda.runtime
+    def record(self, pointers: tuple[int, ...]) -> np.ndarray:
+        """Params with these pointers, as a size-1 opaque record of their own."""
         block = self._block
         with self._lock:
             for offset, i in self._words:
                 _WORD.pack_into(block, offset, pointers[i])
-            runtime.memcpyAsync(device_ptr, self._address, len(block), runtime.memcpyHostToDevice, stream_ptr)
+            return np.frombuffer(bytes(block), dtype=self._dtype)
 
 
 def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None:
@@ -178,14 +195,17 @@ def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None
 
 def build_ahead(plan, problems) -> dict:
     """Have the device build Params for `problems` (plan's problem with other N, so the same
-    kernel) on a side stream and bring them to the host: their first calls then launch no
-    setup. Stand-in pointers: the real ones are patched in. Returns {N: plan} of the
-    direct plans made for them (where the kernel's pointers are mapped; else nothing)."""
+    kernel) on a side stream, into slots of one buffer, and bring them to the host with one
+    copy and one event: their first calls then launch no setup and wait for nothing.
+    Stand-in pointers: the real ones are patched in. Returns {N: plan} of the direct plans
+    made for them (where the kernel's pointers are mapped; else nothing)."""
     import cupy
 
     if not pointer_maps.get((plan.compiled.key, plan.problem.device_id)):
         return {}
-    made = {}
+    made, wanted = {}, []
+    nbytes = plan.compiled.constants["params_bytes"]
+    slot = -(-nbytes // _SLOT) * _SLOT
     with cupy.cuda.Device(plan.problem.device_id):
         stream = _side_stream(plan.problem.device_id)
         with stream:
@@ -197,9 +217,18 @@ def build_ahead(plan, problems) -> dict:
                     continue
                 key = other._host_key(stand_in, (0, 0))
                 if template(key) is None:
-                    other._build(stand_in, None, stream)
-                other.expect_host_params(stand_in, (0, 0), template(key))
+                    wanted.append((other, key))
+                else:
+                    other.expect_host_params(stand_in, (0, 0), template(key))
                 made[problem.n] = other
+            if wanted:
+                params = cupy.empty(slot * len(wanted), dtype=cupy.uint8)
+                for i, (other, _) in enumerate(wanted):
+                    other._write_params(stand_in, params.data.ptr + i * slot, None, stream)
+                copy = Copy(params, stream)
+                for i, (other, key) in enumerate(wanted):
+                    _keep(key, Template(copy, i * slot, nbytes))
+                    other.expect_host_params(stand_in, (0, 0), template(key))
     return made
 
 

@@ -43,8 +43,9 @@ def main():
 
     cu_function = driver.CUfunction(function.ptr)
     cu_stream = driver.CUstream(stream.ptr)
-    value = ctypes.c_uint64(ready.params.data.ptr)
-    params = (ctypes.c_void_p * 1)(ctypes.addressof(value))
+    record = ready.args[0]   # Params by value (or the placeholder), then the buffer pointer
+    value = ctypes.c_uint64(0 if ready.params is None else ready.params.data.ptr)
+    params = (ctypes.c_void_p * 2)(record.ctypes.data, ctypes.addressof(value))
     params_address = ctypes.addressof(params)
     gx, gy, gz = grid
     tx = threads[0]
