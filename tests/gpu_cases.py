@@ -216,11 +216,13 @@ def quantized_problems(sm_count: int = 132, bench: bool = False, element: str = 
     test = importlib.import_module("test_gpu_fp8" if element == "e4m3" else "test_gpu_int8")
     cases = [(shape, out, "identity") for shape in test.CASES for out in test.TOLERANCE] + \
         [((512, 64, 512), "bf16", "silu")]
-    if element == "e4m3":   # e4m3 out for a following fp8 layer
-        cases += [((512, 256, 1024), "e4m3", "identity"), ((4096, 7, 4096), "e4m3", "identity")]
-    if element == "s8":   # the raw int32 product, int8 requantized, the input checks' layer
+    if element == "e4m3":   # e4m3 out for a following fp8 layer (and requantized after silu, with a bias)
+        cases += [((512, 256, 1024), "e4m3", "identity"), ((4096, 7, 4096), "e4m3", "identity"),
+                  ((512, 64, 512), "e4m3", "silu")]
+    if element == "s8":   # the raw int32 product, int8 requantized, the input checks' layer, the bias test
         cases += [(shape, "s32", "identity") for shape in test.CASES + [(128, 32, 4096), (512, 64, 512)]]
-        cases += [((256, 64, 512), "s8", "identity"), ((128, 8, 64), "bf16", "identity")]
+        cases += [((256, 64, 512), "s8", "identity"), ((128, 8, 64), "bf16", "identity"),
+                  ((256, 64, 512), "s8", "silu"), ((256, 64, 512), "bf16", "silu")]
     if bench:
         cases += [(shape, OUT[element], "identity") for shape in FP8_SHAPES + LLM_SHAPES]
     return [dataclasses.replace(

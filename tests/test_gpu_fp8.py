@@ -151,3 +151,32 @@ def test_one_scale_for_all_tokens():
     assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]
     with pytest.raises(ValueError, match="positive finite number"):
         cs.linear_fp8(xq, -1.0, sw)
+
+
+def test_bias_and_an_activation_before_the_output_scale():
+    """bias (one per feature; float32 is read in place, f16 converted) is added before the
+    activation, and out_scale divides after it: silu(y + b) / s, which is not silu((y + b) / s)."""
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import E4M3_MAX, decode_e4m3, quantize_e4m3
+
+    m, n, k = 512, 64, 512
+    w = weight(m, k, seed=11)
+    sw = cs.quantize_fp8(w)
+    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
+    x = cupy.random.default_rng(4).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
+    xq, x_scales = cs.quantize_activations_fp8(x)
+    bias = cupy.random.default_rng(5).standard_normal(m, dtype=cupy.float32)
+    product = dequantized_reference(sw, xq, x_scales, w_bytes) + bias[None, :]
+    ref = product / (1 + cupy.exp(-product))   # silu
+    for b in (bias, bias.astype(cupy.float16)):
+        y = cs.linear_fp8(xq, x_scales, sw, bias=b, activation="silu")
+        assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]
+    out_scale = float(cupy.abs(ref).max()) / E4M3_MAX
+    y8 = cs.linear_fp8(xq, x_scales, sw, bias=bias, activation="silu", out_dtype="e4m3", out_scale=out_scale)
+    assert reference.relative_error(decode_e4m3(y8, out_scale), ref) <= 2.0 ** -4
+    scaled_first = product / out_scale   # the other order, for scale: far from the answer
+    assert reference.relative_error(scaled_first / (1 + cupy.exp(-scaled_first)) * out_scale, ref) > 0.1
+    with pytest.raises(ValueError, match=r"bias must be a floating-point \[512\] array"):
+        cs.linear_fp8(xq, x_scales, sw, bias=bias[:8])

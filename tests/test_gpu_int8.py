@@ -163,3 +163,27 @@ def test_int8_inputs_are_checked():
     with pytest.raises(ValueError, match="out_scale must be a positive"):
         cs.linear_int8(xq, x_scales, sw, out_dtype="s8", out_scale=0.0)
     assert np.dtype(cs.linear_int8(xq, x_scales, sw).dtype) == np.dtype(cs.bfloat16)
+
+
+def test_bias_and_requantized_silu():
+    """int8 out of silu(y + bias) / out_scale: the bias before the activation, the scale
+    after it; within one step of the float reference. A torch bf16 bias is converted."""
+    import cupy
+    torch = pytest.importorskip("torch")
+
+    from cutlass_sparse import reference
+
+    m, n, k = 256, 64, 512
+    sw, wq, xq, x_scales = operands(m, n, k, seed=13)
+    bias = cupy.random.default_rng(6).standard_normal(m, dtype=cupy.float32)
+    product = (xq.astype("float32") @ wq.astype("float32").T) * x_scales[:, None] * sw.scales[None, :] + bias
+    ref = product / (1 + cupy.exp(-product))
+    out_scale = float(cupy.abs(ref).max()) / 120
+    y = cs.linear_int8(xq, x_scales, sw, bias=bias, activation="silu", out_dtype="s8", out_scale=out_scale)
+    expected = cupy.clip(cupy.rint(ref / out_scale), -128, 127)
+    assert int(cupy.abs(y.astype(cupy.int32) - expected).max()) <= 1
+    torch_bias = torch.from_dlpack(bias).to(torch.bfloat16)
+    y = cs.linear_int8(xq, x_scales, sw, bias=torch_bias, activation="silu", out_dtype="bf16")
+    assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]
+    with pytest.raises(ValueError, match="no bias"):
+        cs.linear_int8(xq, None, sw, bias=bias, out_dtype="s32")

@@ -122,7 +122,7 @@ def test_new_n_after_the_warm_pass_launches_no_setup(weight, monkeypatch):
     builds = []
     original = sm90.Sm90Plan._build
 
-    def counted(plan, pointers, workspace, stream=None, scales=(0, 0)):
+    def counted(plan, pointers, workspace, stream=None, scales=(0, 0, 0)):
         if stream is not sm90_params._side_streams.get(0):   # a build ahead runs there, beside the caller
             made = sm90_params.template(plan._host_key(pointers, scales))
             mapped = sm90_params.pointer_maps.get((plan.compiled.key, 0))

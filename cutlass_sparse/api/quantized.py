@@ -129,15 +129,17 @@ def _out_array(out, n: int, m: int, out_dtype: str):
     return out, d.data.ptr
 
 
-def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "identity", out_dtype: str | None = None,
-                     out_scale: float = 1.0, out=None, info: dict | None = None):
-    """activation(dequant(xq) @ dequant(sw).T) / out_scale: [tokens, features] of out_dtype,
-    one launch; an int32 out_dtype is the raw xq @ wq.T (no scales, x_scales may be None).
+def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: str = "identity",
+                     out_dtype: str | None = None, out_scale: float = 1.0, out=None, info: dict | None = None):
+    """activation(dequant(xq) @ dequant(sw).T + bias) / out_scale: [tokens, features] of
+    out_dtype, one launch; an int32 out_dtype is the raw xq @ wq.T (no scales, no bias,
+    x_scales may be None).
 
     xq: 8-bit [tokens, K] of sw's type (row-major is read in place; another view is copied
     once); x_scales: float32 [tokens], or one number for the whole tensor (folded into the
-    epilogue's scalar). The kernel computes D = act(s_w[f] * s_x[t] * acc / out_scale) as
-    [features, tokens] column-major, which is the [tokens, features] result in place (staged
+    epilogue's scalar); bias: [features] (float32 is read in place, another float type is
+    converted on each call). The kernel computes D = act(s_w[f] * s_x[t] * acc + bias[f]) /
+    out_scale as [features, tokens] column-major, which is the [tokens, features] result in place (staged
     through an aligned buffer where the feature count or out's address does not suit TMA).
     out: a contiguous [tokens, features] array of out_dtype to write (else one is made). Runs on torch's
     current stream for torch input (torch out), else CuPy's. `info`, if a dict, receives
@@ -152,8 +154,8 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
     if out_dtype not in allowed:
         raise ValueError(f"out_dtype {out_dtype!r}: {_NAMES[element]} weights give one of {allowed}")
     raw = out_dtype == "s32"
-    if raw and (activation != "identity" or out_scale != 1.0):
-        raise ValueError("out_dtype 's32' is the raw integer accumulator: no activation, no out_scale")
+    if raw and (activation != "identity" or out_scale != 1.0 or bias is not None):
+        raise ValueError("out_dtype 's32' is the raw integer accumulator: no activation, no bias, no out_scale")
     if not (np.isfinite(out_scale) and out_scale > 0):
         raise ValueError(f"out_scale must be a positive finite number, got {out_scale!r}")
     torch_in = is_torch(xq)
@@ -162,11 +164,11 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
     if x.ndim != 2 or x.shape[1] != k or 0 in x.shape:
         raise ValueError(f"xq must be a [tokens, {k}] array with tokens >= 1, got shape {tuple(x.shape)}")
     n = x.shape[0]
-    scale_ptrs, alpha = (0, 0), 1.0 / out_scale
+    scale_ptrs, alpha = (0, 0), 1.0
     if not raw and isinstance(x_scales, (int, float, np.floating, np.integer)) and not isinstance(x_scales, bool):
         if not (np.isfinite(x_scales) and x_scales > 0):
             raise ValueError(f"x_scales, as one per-tensor scale, must be a positive finite number, got {x_scales!r}")
-        scale_ptrs, alpha = (sw.scales.data.ptr, 0), float(x_scales) / out_scale   # a null column pointer reads 1
+        scale_ptrs, alpha = (sw.scales.data.ptr, 0), float(x_scales)   # a null column pointer reads 1
     elif not raw:
         scales = to_array(x_scales) if is_torch(x_scales) else operands.as_device_array(x_scales, "x_scales")
         if scales.shape != (n,) or scales.dtype != np.float32 or scales.strides != (4,):
@@ -176,6 +178,8 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
     device_id = x.device.id
     stream = torch_stream(device_id) if torch_in else cupy.cuda.get_current_stream()
     with stream:   # copies and buffers in the launching stream's order
+        row_bias = None if bias is None else _bias(bias, m)
+        scale_ptrs += (0 if row_bias is None else row_bias.data.ptr,)
         if x.strides != (k, 1):   # a strided view: one contiguous copy (x.T is then K-major)
             x = cupy.ascontiguousarray(x)
         if out is not None:
@@ -192,7 +196,8 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
         # x.T and D are column-major; their alignment decides whether TMA takes them in place
         problem = Problem("sm90", m, n, k, element, out_dtype, Operand("col", k, alignment_class(x.data.ptr)),
                           Operand("col", m, alignment_class(d_ptr)), None,
-                          Epilogue(alpha=alpha, activation=activation, scales="none" if raw else "row_col"),
+                          Epilogue(alpha=alpha, activation=activation, scales="none" if raw else "row_col",
+                                   out_scale=out_scale),
                           None, None, device_id, arch, sm_count)
         plan = plans.get(problem)
         if info is not None:
@@ -202,6 +207,18 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, activation: str = "ident
         else:   # features or an out TMA cannot write in place: D staged and copied in
             plan.launch_staged(sw, x.data.ptr, d_ptr, stream, scales=scale_ptrs)
     return y
+
+
+def _bias(bias, m: int):
+    """A layer's bias as the contiguous float32 [m] the kernel reads (converted when it is
+    another float type or strided; on the current stream)."""
+    import cupy
+
+    array = to_array(bias) if is_torch(bias) else operands.as_device_array(bias, "bias")
+    if array.shape != (m,) or array.dtype.kind != "f":
+        raise ValueError(f"bias must be a floating-point [{m}] array (one per output feature), "
+                         f"got {array.dtype} {tuple(array.shape)}")
+    return cupy.ascontiguousarray(array, dtype=np.float32)
 
 
 def quantize_fp8(w) -> SparseMatrix:

@@ -53,7 +53,8 @@ FAST_ACCUM = {
     KernelScheduleType.TmaWarpSpecializedPingpong: KernelScheduleType.TmaWarpSpecializedPingpongFP8FastAccum,
 }
 # sm90 epilogue scales (issue 15): "none", or "row_col": D = act(alpha * s_row[m] *
-# s_col[n] * acc) with float32 vectors given at run time (either may be absent).
+# s_col[n] * acc + bias[m]) / out_scale with float32 vectors given at run time (each may be
+# absent).
 SCALES = ("none", "row_col")
 # sm90 tile schedulers: "persistent" (data-parallel tiles) or "streamk" (CUTLASS's stream-K
 # scheduler, which also runs split-K: K slices reduced in a workspace; cooperative only).

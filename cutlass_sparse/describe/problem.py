@@ -41,7 +41,9 @@ class Epilogue:
     activation: str = "identity"
     leaky_slope: float = 0.01
     bias: str = "none"           # "none" | "rows" ([M] or [M, 1]) | "columns" ([1, N])
-    scales: str = "none"         # sm90: "row_col", float32 scales per row and per column at run time
+    scales: str = "none"         # sm90: "row_col", float32 scales per row and per column (and a row
+                                 # bias) at run time
+    out_scale: float = 1.0       # scaled epilogue: D = act(...) / out_scale (requantized 8-bit output)
 
     @property
     def reads_c(self) -> bool:

@@ -53,9 +53,11 @@ def set_activation_arg_3x(activation: str, arguments: str, activation_arg: str) 
     return ""
 
 
-# D = activation(alpha * row_scale[m] * column_scale[n] * acc): the scales of a quantized
-# weight (one per output feature) and of its activations (one per token), as an epilogue
-# visitor tree. A null scale pointer reads as 1 (the broadcasts' null_default).
+# D = activation(alpha * row_scale[m] * column_scale[n] * acc + row_bias[m]) * out_multiplier:
+# the scales of a quantized weight (one per output feature) and of its activations (one
+# per token), the layer's bias, and a requantizing output scale applied after the
+# activation (act(y) / s is not act(y / s) for most activations), as an epilogue visitor
+# tree. A null scale pointer reads as 1, a null bias as 0 (the broadcasts' null_default).
 SCALED_FUSION = "ScaledFusionOf<TileShape>"
 _EVT = "cutlass::epilogue::fusion"
 
@@ -63,24 +65,34 @@ _EVT = "cutlass::epilogue::fusion"
 def scaled_fusion_3x(activation: str, element_out: str) -> str:
     """The C++ declaration of the tree SCALED_FUSION names (emitted before the tile shape
     is known, so a template of it)."""
-    mul = f"{_EVT}::Sm90Compute<cutlass::multiplies, float, float, cutlass::FloatRoundStyle::round_to_nearest>"
+    nearest = "cutlass::FloatRoundStyle::round_to_nearest"
+    mul = f"{_EVT}::Sm90Compute<cutlass::multiplies, float, float, {nearest}>"
+    per_row = f"{_EVT}::Sm90ColBroadcast<0, Tile, float, float, Stride<_1, _0, int64_t>>"   # one per row of D
     return f"""template <class Tile>
 using ScaledFusionOf = {_EVT}::Sm90EVT<
-    {_EVT}::Sm90Compute<{activation_functor(activation)}, {element_out}, float, cutlass::FloatRoundStyle::round_to_nearest>,
-    {_EVT}::Sm90EVT<{mul},
-        {_EVT}::Sm90ScalarBroadcast<float>,
-        {_EVT}::Sm90EVT<{mul},
-            {_EVT}::Sm90ColBroadcast<0, Tile, float, float, Stride<_1, _0, int64_t>>,   // one per row of D
+    {_EVT}::Sm90Compute<cutlass::multiplies, {element_out}, float, {nearest}>,
+    {_EVT}::Sm90ScalarBroadcast<float>,                                   // out_multiplier
+    {_EVT}::Sm90EVT<
+        {_EVT}::Sm90Compute<{activation_functor(activation)}, float, float, {nearest}>,
+        {_EVT}::Sm90EVT<{_EVT}::Sm90Compute<cutlass::plus, float, float, {nearest}>,
             {_EVT}::Sm90EVT<{mul},
-                {_EVT}::Sm90RowBroadcast<0, Tile, float, float, Stride<_0, _1, int64_t>>,   // one per column
-                {_EVT}::Sm90AccFetch>>>>;"""
+                {_EVT}::Sm90ScalarBroadcast<float>,                       // alpha
+                {_EVT}::Sm90EVT<{mul},
+                    {per_row},                                            // row scales
+                    {_EVT}::Sm90EVT<{mul},
+                        {_EVT}::Sm90RowBroadcast<0, Tile, float, float, Stride<_0, _1, int64_t>>,   // column scales
+                        {_EVT}::Sm90AccFetch>>>,
+            {per_row}>>>;                                                 // row bias"""
 
 
 def set_scales_3x(arguments: str, args: str) -> str:
     """Fill the tree's arguments: each node's are {op_0, op_1, ...}, its children first,
     then its own operation."""
     return f"""  {{
-    auto& scaled = {arguments}.epilogue.thread.op_0;
+    auto& tree = {arguments}.epilogue.thread;
+    tree.op_0.scalars[0] = {args}.out_multiplier;
+    auto& biased = tree.op_1.op_0;
+    auto& scaled = biased.op_0;
     scaled.op_0.scalars[0] = {args}.alpha;
     auto& rows = scaled.op_1;
     rows.op_0.ptr_col = static_cast<float const *>({args}.row_scales);
@@ -88,4 +100,6 @@ def set_scales_3x(arguments: str, args: str) -> str:
     auto& columns = rows.op_1;
     columns.op_0.ptr_row = static_cast<float const *>({args}.column_scales);
     columns.op_0.null_default = 1.0f;
+    biased.op_1.ptr_col = static_cast<float const *>({args}.row_bias);
+    biased.op_1.null_default = 0.0f;
   }}"""

@@ -300,6 +300,9 @@ STREAMK_BARRIER_REGION = """\
 SETUP_SCALED = arguments.StructLayout("CutlassSparseSm90ScaledSetup", SETUP.fields + (
     ("row_scales", "void const *", np.uint64),
     ("column_scales", "void const *", np.uint64),
+    ("row_bias", "void const *", np.uint64),
+    ("out_multiplier", "float", np.float32),   # 1 / out_scale, after the activation
+    ("reserved_scaled", "int", np.int32),
 ))
 
 

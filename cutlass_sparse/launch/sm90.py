@@ -36,7 +36,10 @@ from .staging import copy_lines, copy_rows, stage
 # The setup block's leading pointers, in field order: a, e, b, c, d, params_out,
 # templates, recipes_out, info_out, workspace.
 _POINTERS = struct.Struct("<10Q")
-_SCALES = struct.Struct("<2Q")   # SETUP_SCALED's row_scales and column_scales
+_VECTORS = struct.Struct("<3Q")   # SETUP_SCALED's row_scales, column_scales and row_bias
+# The scaled epilogue's run-time vectors, as pointers: row scales, column scales, row bias
+# (0: absent; a scale then reads as 1, the bias as 0).
+NO_VECTORS = (0, 0, 0)
 # The tile scheduler's raster order: 0 lets CUTLASS choose (its heuristic), 1 along M,
 # 2 along N. A run-time argument of the setup entry.
 RASTER = 0
@@ -153,9 +156,9 @@ class Sm90Plan:
                     swizzle=self.swizzle,
                     workspace_bytes=0 if ready is None or ready.workspace is None else ready.workspace.nbytes)
 
-    def run(self, sw, x, out, c, workspace, scales=(0, 0)):
+    def run(self, sw, x, out, c, workspace, scales=NO_VECTORS):
         """Launch on the current stream; returns D as [M, N] (`out` when given). scales:
-        a scaled kernel's (row, column) scale pointers."""
+        a scaled kernel's vectors (NO_VECTORS)."""
         import cupy
 
         p, k = self.problem, self.kernel_problem
@@ -181,9 +184,9 @@ class Sm90Plan:
         copy_rows(out, y) if self.layout_c == "row" else copy_rows(out.T, y.T)
         return out
 
-    def ready(self, sw, pointers: tuple[int, int, int], workspace=None, stream=None, scales=(0, 0)) -> Ready:
+    def ready(self, sw, pointers: tuple[int, int, int], workspace=None, stream=None, scales=NO_VECTORS) -> Ready:
         """The built launch for sw and (b, c, d) pointers: kept, else built now (one setup
-        launch). scales: (row, column) float32 scale pointers of a scaled kernel (0: none)."""
+        launch). scales: a scaled kernel's float32 vectors (NO_VECTORS)."""
         key = (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers,
                0 if workspace is None else workspace.data.ptr, *scales)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
@@ -198,12 +201,12 @@ class Sm90Plan:
                 self._readies.popitem(last=False)
         return ready
 
-    def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=(0, 0)) -> None:
+    def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
         (a CuPy stream; default the current one)."""
         self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream, scales), stream)
 
-    def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=(0, 0)) -> None:
+    def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """run() from the caller's pointers, x and D laid out as the Problem says (C
         unread), on `stream` (default: the current one): x copied into an aligned buffer,
         D written to one and copied out, as the plan stages them. The buffers come from
@@ -250,12 +253,12 @@ class Sm90Plan:
         """What a host copy of Params is kept under: kernel, device, the setup block without
         pointers, and which pointers are null (a null scale pointer reads as 1)."""
         return (self.compiled.key, self.problem.device_id, self._block_key,
-                tuple(p == 0 for p in pointers), scales[0] == 0, scales[1] == 0)
+                tuple(p == 0 for p in pointers), *(v == 0 for v in scales))
 
     @staticmethod
     def _nulls(pointers, scales) -> tuple:
         """Which pointers are null: part of what host Params are kept under (_host_key)."""
-        return (0 in pointers) and tuple(p == 0 for p in pointers), scales[0] == 0, scales[1] == 0
+        return (0 in pointers) and tuple(p == 0 for p in pointers), *(v == 0 for v in scales)
 
     def expect_host_params(self, pointers, scales, made) -> None:
         """Params for pointers like these are on their way to the host as `made` (a
@@ -280,19 +283,21 @@ class Sm90Plan:
     def _setup_block(self) -> bytearray:
         """The setup entry's argument block without its pointers (filled per build)."""
         p, e, k = self.problem, self.problem.epilogue, self.kernel_problem
-        return setup_layout(self.config).pack(
+        layout = setup_layout(self.config)
+        scaled = {"out_multiplier": 1.0 / e.out_scale} if layout is SETUP_SCALED else {}
+        return layout.pack(
             ldb=k.x.ld, ldc=self.ldc, ldd=self.ldd, m=k.m, n=k.n, k=k.k, sm_count=p.sm_count,
             swizzle=self.swizzle, raster=self.raster, splits=self.scheduling.splits,
             decomposition=DECOMPOSITIONS[self.scheduling.decomposition],
-            alpha=e.alpha, beta=e.beta, activation_arg=e.leaky_slope)
+            alpha=e.alpha, beta=e.beta, activation_arg=e.leaky_slope, **scaled)
 
     def _setup_arguments(self, pointers, params, templates=0, recipes_out=0, info_out=0, workspace=0,
-                         scales=(0, 0)):
+                         scales=NO_VECTORS):
         block = bytearray(self._block)
         _POINTERS.pack_into(block, 0, *pointers, params, templates, recipes_out, info_out, workspace)
         layout = setup_layout(self.config)
-        if layout is SETUP_SCALED:   # a null scale reads as 1
-            _SCALES.pack_into(block, layout.offsets["row_scales"], *scales)
+        if layout is SETUP_SCALED:   # a null scale reads as 1, a null bias as 0
+            _VECTORS.pack_into(block, layout.offsets["row_scales"], *scales)
         elif any(scales):
             raise ValueError(f"{self.config.name} takes no scales (its epilogue is not a scaled one)")
         return layout.as_argument(block)
@@ -311,7 +316,7 @@ class Sm90Plan:
         with stream or cupy.cuda.get_current_stream():
             return cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
 
-    def _build(self, pointers, workspace, stream=None, scales=(0, 0)) -> Ready:
+    def _build(self, pointers, workspace, stream=None, scales=NO_VECTORS) -> Ready:
         """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
         import cupy
 
@@ -334,7 +339,7 @@ class Sm90Plan:
         return Ready((placeholder, _pointer(params.data.ptr)), prepared.grid, workspace,
                      (prepared.barrier_offset, prepared.barrier_bytes), params)
 
-    def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=(0, 0)) -> None:
+    def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)
         for these pointers to params_ptr."""
         block = self._setup_arguments(pointers, params_ptr, self._prepared(pointers).templates.data.ptr,

@@ -64,14 +64,14 @@ def main():
         pointers = (sw.values.data.ptr, sw.metadata_for(plan.atom_k, stream).data.ptr, x.data_ptr(), y.data_ptr(),
                     y.data_ptr())
         t.append(time.perf_counter())
-        nulls = plan._nulls(pointers, (0, 0))
+        nulls = plan._nulls(pointers, (0, 0, 0))
         host = plan._host_params.get(nulls)
         if host is None:
             offsets = sm90_params.pointer_maps.get((plan.compiled.key, plan.problem.device_id))
-            made = plan._templates.get(nulls) or sm90_params.template(plan._host_key(pointers, (0, 0)))
+            made = plan._templates.get(nulls) or sm90_params.template(plan._host_key(pointers, (0, 0, 0)))
             host = plan._host_params[nulls] = sm90_params.HostParams(made.arrived(), offsets)
         t.append(time.perf_counter())
-        record = host.record(pointers + (0, 0))
+        record = host.record(pointers + (0, 0, 0))
         t.append(time.perf_counter())
         ready = sm90.Ready((record, sm90._pointer(0)), plan._prepared(pointers).grid)
         t.append(time.perf_counter())

@@ -157,11 +157,11 @@ def scaled_check(w, rng, m, n, k, quantized, d):
         try:
             plan = plans.make(problem, config)
             d.fill(0)
-            plan.launch_direct(sw, xq.data.ptr, d.data.ptr, scales=(rows.data.ptr, cols.data.ptr))
+            plan.launch_direct(sw, xq.data.ptr, d.data.ptr, scales=(rows.data.ptr, cols.data.ptr, 0))
             got = (d.astype(cupy.uint32) << 16).view(cupy.float32)
             err = float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
             ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, xq.data.ptr, d.data.ptr,
-                                                                       scales=(rows.data.ptr, cols.data.ptr)))
+                                                                       scales=(rows.data.ptr, cols.data.ptr, 0)))
             tb = "x".join(map(str, config.threadblock))
             print(f"  ours scaled {tb:11} {ms * 1e3:8.1f} us {2.0 * m * n * k / ms / 1e9:7.0f} TFLOP/s  "
                   f"rel err {err:.1e} {'ok' if err < 2e-2 else 'FAIL'}", flush=True)
