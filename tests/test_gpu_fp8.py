@@ -180,3 +180,27 @@ def test_bias_and_an_activation_before_the_output_scale():
     assert reference.relative_error(scaled_first / (1 + cupy.exp(-scaled_first)) * out_scale, ref) > 0.1
     with pytest.raises(ValueError, match=r"bias must be a floating-point \[512\] array"):
         cs.linear_fp8(xq, x_scales, sw, bias=bias[:8])
+
+
+@pytest.mark.parametrize("element", ["e4m3", "s8"])
+def test_k_not_a_multiple_of_16(element):
+    """K = 200 (the sm90 layout wants multiples of 16): the weight gets zero columns up to
+    208 when quantized, x the same zero columns at each call; the same answer as the
+    dequantized product of the unpadded operands."""
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import decode, quantize
+
+    m, n, k = 256, 16, 200
+    w = weight(m, k, seed=21)
+    sw = cs.quantize_fp8(w) if element == "e4m3" else cs.quantize_int8(w)
+    assert sw.shape == (m, k) and sw.padded_k == 208
+    wq, w_scales = quantize(reference.to_float32(w), element, axis=1)
+    x = cupy.random.default_rng(7).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
+    quantize_x = cs.quantize_activations_fp8 if element == "e4m3" else cs.quantize_activations_int8
+    linear = cs.linear_fp8 if element == "e4m3" else cs.linear_int8
+    xq, x_scales = quantize_x(x)
+    y = linear(xq, x_scales, sw)
+    ref = decode(xq, element, x_scales[:, None]) @ decode(wq, element, w_scales).T
+    assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..describe import dtypes
+from ..describe.arith import round_up
 from ..describe.problem import Epilogue, Operand, Problem, alignment_class
 from ..formats.matrices import SparseMatrix
 from ..formats.patterns import LAYOUT_SM90
@@ -74,16 +75,20 @@ def quantize_weight(w, element: str) -> SparseMatrix:
     if array.ndim != 2 or array.dtype.kind not in "fV":
         raise ValueError(f"w must be a 2-D floating-point [features, K] array, got {array.dtype} {tuple(array.shape)}")
     m, k = array.shape
-    if k % 16:
-        raise ValueError(f"w has K = {k}: the sm90 layout needs K a multiple of 16")
+    if k % 4:
+        raise ValueError(f"w has K = {k}: 2:4 sparsity needs K a multiple of 4")
     values = dtypes.to_float32(array)
     if int((values.reshape(m, k // 4, 4) != 0).sum(axis=-1).max()) > 2:
         raise ValueError("w is not 2:4 sparse (more than two nonzeros in a group of four along K): "
                          "prune it first (cs.prune_2to4)")
+    padded_k = round_up(k, 16)   # the sm90 layout's rule: zero columns (2:4 as they are) up to it
+    if padded_k != k:
+        values = cupy.pad(cupy.asarray(values), ((0, 0), (0, padded_k - k)))
     quantized, scales = quantize(values, element, axis=1)
     kept, metadata = sm90_compress.compress(cupy.ascontiguousarray(quantized), element, 128)
     dtype = dtypes.float8_e4m3 if element == "e4m3" else np.dtype(np.int8)
-    return SparseMatrix((m, k), dtype, kept, metadata, LAYOUT_SM90, 128, scales=cupy.ascontiguousarray(scales.ravel()))
+    return SparseMatrix((m, k), dtype, kept, metadata, LAYOUT_SM90, 128, scales=cupy.ascontiguousarray(scales.ravel()),
+                        padded_k=0 if padded_k == k else padded_k)
 
 
 def quantize_activations(x, element: str):
@@ -180,7 +185,12 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
     with stream:   # copies and buffers in the launching stream's order
         row_bias = None if bias is None else _bias(bias, m)
         scale_ptrs += (0 if row_bias is None else row_bias.data.ptr,)
-        if x.strides != (k, 1):   # a strided view: one contiguous copy (x.T is then K-major)
+        kernel_k = sw.padded_k or k
+        if kernel_k != k:   # the weight's zero columns meet zero columns of x
+            padded = cupy.zeros((n, kernel_k), dtype=x.dtype)
+            padded[:, :k] = x
+            x = padded
+        elif x.strides != (k, 1):   # a strided view: one contiguous copy (x.T is then K-major)
             x = cupy.ascontiguousarray(x)
         if out is not None:
             y, d_ptr = _out_array(out, n, m, out_dtype)
@@ -194,7 +204,8 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
             d_ptr = y.data.ptr
         arch, sm_count = device.facts(device_id)
         # x.T and D are column-major; their alignment decides whether TMA takes them in place
-        problem = Problem("sm90", m, n, k, element, out_dtype, Operand("col", k, alignment_class(x.data.ptr)),
+        problem = Problem("sm90", m, n, kernel_k, element, out_dtype,
+                          Operand("col", kernel_k, alignment_class(x.data.ptr)),
                           Operand("col", m, alignment_class(d_ptr)), None,
                           Epilogue(alpha=alpha, activation=activation, scales="none" if raw else "row_col",
                                    out_scale=out_scale),

@@ -72,6 +72,9 @@ class SparseMatrix:
     layout: str = LAYOUT_SM80       # which kernel family's metadata layout this is
     atom_k: int = 128               # sm90: the metadata's layout atom (sm90_layout)
     scales: object = None           # fp8 (cs.quantize_fp8): float32 [M], one dequantization scale per row
+    # sm90 8-bit: the K the kernels run, with zero columns up to the layout's multiple of 16
+    # (0: K itself); activations get the same zero columns at each call
+    padded_k: int = 0
     # sm90: the metadata in other atoms, converted on first use by a kernel that reads them
     _other_atoms: dict = field(default_factory=dict, repr=False, compare=False)
 
