@@ -1,5 +1,6 @@
-"""The Hopper family at run time: the two-launch GEMM (a setup entry builds Params and TMA
-descriptors on the device, then the kernel runs on them).
+"""The Hopper family at run time: a setup entry builds a shape's Params and TMA descriptors
+on the device and the GEMM runs on them; later calls patch a host copy of those Params
+with their pointers and pass it to the GEMM by value (launch.sm90_params).
 
 Launch rules (TMA): every operand's base address 16-byte aligned and its leading
 dimension a multiple of 16 bytes; K a multiple of 16 (the sm90 layout's own rule). An
@@ -45,11 +46,11 @@ NO_VECTORS = (0, 0, 0)
 RASTER = 0
 # Params depend only on pointers, strides, sizes and scalars, never on data: a call that
 # repeats its pointers (a plan, a benchmark, a weight applied to the same buffers) reuses
-# the Params built last time and launches the GEMM alone.
+# the launch made last time.
 PARAMS_PER_PLAN = 64
 
 
-@dataclass
+@dataclass(slots=True)
 class Ready:
     """A built launch: the GEMM's arguments (Params by value, or a placeholder record and
     the device buffer the setup entry wrote them to), its grid, and its workspace."""
