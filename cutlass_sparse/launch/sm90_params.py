@@ -17,6 +17,7 @@ the kernel's first setup, which synchronizes anyway). After that:
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import threading
 from collections import OrderedDict
@@ -160,7 +161,7 @@ class HostParams:
 
     def __init__(self, params_bytes: bytes, offsets: tuple[int | None, ...]):
         self._block = bytearray(params_bytes)
-        self._dtype = np.dtype((np.void, len(params_bytes)))
+        self._dtype = _record_dtype(len(params_bytes))
         self._words = [(offset, i) for i, offset in enumerate(offsets) if offset is not None]
         self._lock = threading.Lock()
 
@@ -171,6 +172,12 @@ class HostParams:
             for offset, i in self._words:
                 _WORD.pack_into(block, offset, pointers[i])
             return np.frombuffer(bytes(block), dtype=self._dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _record_dtype(nbytes: int) -> np.dtype:
+    """The opaque record type of nbytes of Params (a kernel has one size; made once)."""
+    return np.dtype((np.void, nbytes))
 
 
 def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None:
