@@ -178,7 +178,7 @@ def test_bias_and_an_activation_before_the_output_scale():
     assert reference.relative_error(decode_e4m3(y8, out_scale), ref) <= 2.0 ** -4
     scaled_first = product / out_scale   # the other order, for scale: far from the answer
     assert reference.relative_error(scaled_first / (1 + cupy.exp(-scaled_first)) * out_scale, ref) > 0.1
-    with pytest.raises(ValueError, match=r"bias must be a floating-point \[512\] array"):
+    with pytest.raises(ValueError, match=r"bias must be an f16, bf16 or f32 \[512\] array"):
         cs.linear_fp8(xq, x_scales, sw, bias=bias[:8])
 
 

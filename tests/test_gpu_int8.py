@@ -165,9 +165,10 @@ def test_int8_inputs_are_checked():
     assert np.dtype(cs.linear_int8(xq, x_scales, sw).dtype) == np.dtype(cs.bfloat16)
 
 
-def test_bias_and_requantized_silu():
-    """int8 out of silu(y + bias) / out_scale: the bias before the activation, the scale
-    after it; within one step of the float reference. A torch bf16 bias is converted."""
+def test_bias_with_requantized_and_activated_outputs():
+    """The bias goes in before the activation and before requantizing: int8 out of
+    (y + bias) / out_scale within one step of the float reference; bf16 out of
+    silu(y + bias), with a torch bf16 bias (converted)."""
     import cupy
     torch = pytest.importorskip("torch")
 
@@ -177,13 +178,13 @@ def test_bias_and_requantized_silu():
     sw, wq, xq, x_scales = operands(m, n, k, seed=13)
     bias = cupy.random.default_rng(6).standard_normal(m, dtype=cupy.float32)
     product = (xq.astype("float32") @ wq.astype("float32").T) * x_scales[:, None] * sw.scales[None, :] + bias
-    ref = product / (1 + cupy.exp(-product))
-    out_scale = float(cupy.abs(ref).max()) / 120
-    y = cs.linear_int8(xq, x_scales, sw, bias=bias, activation="silu", out_dtype="s8", out_scale=out_scale)
-    expected = cupy.clip(cupy.rint(ref / out_scale), -128, 127)
+    out_scale = float(cupy.abs(product).max()) / 120
+    y = cs.linear_int8(xq, x_scales, sw, bias=bias, out_dtype="s8", out_scale=out_scale)
+    expected = cupy.clip(cupy.rint(product / out_scale), -128, 127)
     assert int(cupy.abs(y.astype(cupy.int32) - expected).max()) <= 1
     torch_bias = torch.from_dlpack(bias).to(torch.bfloat16)
     y = cs.linear_int8(xq, x_scales, sw, bias=torch_bias, activation="silu", out_dtype="bf16")
+    ref = product / (1 + cupy.exp(-product))
     assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]
     with pytest.raises(ValueError, match="no bias"):
         cs.linear_int8(xq, None, sw, bias=bias, out_dtype="s32")

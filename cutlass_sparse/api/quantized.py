@@ -226,10 +226,12 @@ def _bias(bias, m: int):
     import cupy
 
     array = to_array(bias) if is_torch(bias) else operands.as_device_array(bias, "bias")
-    if array.shape != (m,) or array.dtype.kind != "f":
-        raise ValueError(f"bias must be a floating-point [{m}] array (one per output feature), "
+    if array.shape != (m,) or dtypes.name_of(array.dtype) not in ("f16", "bf16", "f32"):
+        raise ValueError(f"bias must be an f16, bf16 or f32 [{m}] array (one per output feature), "
                          f"got {array.dtype} {tuple(array.shape)}")
-    return cupy.ascontiguousarray(array, dtype=np.float32)
+    if array.dtype == np.float32:
+        return cupy.ascontiguousarray(array)
+    return dtypes.to_float32(array)
 
 
 def quantize_fp8(w) -> SparseMatrix:
