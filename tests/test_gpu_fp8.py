@@ -184,8 +184,8 @@ def test_bias_and_an_activation_before_the_output_scale():
 
 @pytest.mark.parametrize("element", ["e4m3", "s8"])
 def test_k_not_a_multiple_of_16(element):
-    """K = 200 (the sm90 layout wants multiples of 16): the weight gets zero columns up to
-    208 when quantized, x the same zero columns at each call; the same answer as the
+    """K = 200 (8-bit sm90 kernels want multiples of 32): the weight gets zero columns up to
+    224 when quantized, x the same zero columns at each call; the same answer as the
     dequantized product of the unpadded operands."""
     import cupy
 
@@ -195,7 +195,7 @@ def test_k_not_a_multiple_of_16(element):
     m, n, k = 256, 16, 200
     w = weight(m, k, seed=21)
     sw = cs.quantize_fp8(w) if element == "e4m3" else cs.quantize_int8(w)
-    assert sw.shape == (m, k) and sw.padded_k == 208
+    assert sw.shape == (m, k) and sw.padded_k == 224
     wq, w_scales = quantize(reference.to_float32(w), element, axis=1)
     x = cupy.random.default_rng(7).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
     quantize_x = cs.quantize_activations_fp8 if element == "e4m3" else cs.quantize_activations_int8

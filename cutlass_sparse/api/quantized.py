@@ -81,7 +81,9 @@ def quantize_weight(w, element: str) -> SparseMatrix:
     if int((values.reshape(m, k // 4, 4) != 0).sum(axis=-1).max()) > 2:
         raise ValueError("w is not 2:4 sparse (more than two nonzeros in a group of four along K): "
                          "prune it first (cs.prune_2to4)")
-    padded_k = round_up(k, 16)   # the sm90 layout's rule: zero columns (2:4 as they are) up to it
+    # The kernels' rule (CUTLASS's can_implement): the compressed rows, K/2 bytes, in whole
+    # 16-byte vectors. Zero columns (2:4 as they are) up to it.
+    padded_k = round_up(k, 32)
     if padded_k != k:
         values = cupy.pad(cupy.asarray(values), ((0, 0), (0, padded_k - k)))
     quantized, scales = quantize(values, element, axis=1)
