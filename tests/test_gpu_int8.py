@@ -188,3 +188,29 @@ def test_bias_with_requantized_and_activated_outputs():
     assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]
     with pytest.raises(ValueError, match="no bias"):
         cs.linear_int8(xq, None, sw, bias=bias, out_dtype="s32")
+
+
+def test_a_first_setup_after_other_kernels_setups():
+    """Params' padding can hold TMA recipes that an earlier setup left in local memory (it
+    made a raw int32 setup take two stale slots after a scaled setup); a setup takes only
+    recipes with its own nonce. A scaled call, the shape caches cleared, then first setups
+    of the raw int32 kernel and of an f16 kernel: both exact / within f16 rounding."""
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.launch import sm90_prepare
+    from cutlass_sparse.plan import plans
+
+    m, n, k = 512, 256, 1024
+    sw, wq, xq, x_scales = operands(m, n, k, seed=17)
+    cs.linear_int8(xq, x_scales, sw)   # a scaled kernel's setups
+    sm90_prepare._prepared.clear()
+    sm90_prepare._templates.clear()
+    plans.clear()
+    y = cs.linear_int8(xq, None, sw, out_dtype="s32")
+    assert bool((y == xq.astype(cupy.int64) @ wq.astype(cupy.int64).T).all())
+    rng = cupy.random.default_rng(3)
+    w = cs.prune_2to4((rng.standard_normal((m, k), dtype=cupy.float32) * 0.05).astype(cupy.float16))
+    x = rng.standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
+    got = cs.linear(x, cs.compress(w))
+    assert reference.relative_error(got, reference.to_float32(x) @ reference.to_float32(w).T) <= 2e-3

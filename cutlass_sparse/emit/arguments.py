@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-_STRUCT_CODES = {np.uint64: "Q", np.int64: "q", np.int32: "i", np.float32: "f"}
+_STRUCT_CODES = {np.uint64: "Q", np.int64: "q", np.int32: "i", np.uint32: "I", np.float32: "f"}
 
 
 class StructLayout:

@@ -34,6 +34,10 @@ RECIPE_HOOK = r"""
 namespace cutlass_sparse_tma {
 // "CSTMARCP": marks a descriptor slot that still holds a recipe, not an encoded map.
 static constexpr unsigned long long kMagic = 0x50435241544D5343ull;
+// The setup launch that writes a recipe (its argument's nonce, set before CuTe runs): a
+// setup tells its own recipes from stale ones that an earlier setup left in local memory,
+// which Params' padding can hold.
+__device__ unsigned int recipe_nonce;
 template <class T> CUTE_HOST_DEVICE constexpr unsigned char data_type() {
   // CUtensorMapDataType values (cuda.h), for the types CUTLASS's sparse kernels move.
   if constexpr (cute::is_same_v<T, uint8_t> || cute::is_same_v<T, int8_t> ||
@@ -69,6 +73,7 @@ CUTE_HOST_DEVICE void record(Desc* desc, unsigned char dtype, int rank, void* ad
   raw[109] = (unsigned char)rank;
   raw[110] = swizzle_bits;
   raw[111] = swizzle_base;
+  reinterpret_cast<uint32_t*>(raw + 112)[0] = recipe_nonce;
 }
 }  // namespace cutlass_sparse_tma
 """

@@ -49,7 +49,7 @@ SETUP = arguments.StructLayout("CutlassSparseSm90Setup", (
     ("alpha", "float", np.float32),
     ("beta", "float", np.float32),
     ("activation_arg", "float", np.float32),   # leaky_relu's negative slope
-    ("reserved", "int", np.int32),
+    ("nonce", "unsigned int", np.uint32),       # this launch's, in the recipes it writes (never 0)
 ))
 INFO_FIELDS = ("grid_x", "grid_y", "grid_z", "workspace_bytes", "can_implement", "tma_slots",
                "barrier_offset", "barrier_bytes")
@@ -141,13 +141,15 @@ CUTE_HOST_DEVICE Stride leading(long long ld) {
   return stride;
 }
 
-// Turn each recipe slot into a TMA descriptor: template copy + tensormap.replace.
+// Turn each recipe slot into a TMA descriptor: template copy + tensormap.replace. A slot is
+// a recipe of this launch (its nonce): Params' padding may hold an earlier setup's.
 __device__ int encode_tma_slots(unsigned char* params, int size, unsigned char const* templates,
-                                unsigned char* recipes_out) {
+                                unsigned char* recipes_out, unsigned int nonce) {
   int slot = 0;
   for (int offset = 0; offset + 128 <= size; offset += 64) {
     unsigned long long const* q = reinterpret_cast<unsigned long long const*>(params + offset);
-    if (q[0] != ::cutlass_sparse_tma::kMagic) continue;
+    if (q[0] != ::cutlass_sparse_tma::kMagic ||
+        reinterpret_cast<uint32_t const*>(params + offset + 112)[0] != nonce) continue;
     unsigned char recipe[128];
     for (int i = 0; i < 128; ++i) recipe[i] = params[offset + i];
     if (recipes_out != nullptr) {
@@ -178,6 +180,7 @@ __device__ int encode_tma_slots(unsigned char* params, int size, unsigned char c
 }
 
 extern "C" __global__ void ${name}_setup(${setup_name} const args) {
+  ::cutlass_sparse_tma::recipe_nonce = args.nonce;
   auto problem = make_shape(args.m, args.n, args.k, 1);
   cutlass::KernelHardwareInfo hw_info;
   hw_info.device_id = 0;
@@ -201,7 +204,7 @@ ${set_activation_arg}
   unsigned char const* raw = reinterpret_cast<unsigned char const *>(&params);
   for (int i = 0; i < int(sizeof(Params)); ++i) out[i] = raw[i];
   int slots = encode_tma_slots(out, int(sizeof(Params)), static_cast<unsigned char const *>(args.templates),
-                               static_cast<unsigned char *>(args.recipes_out));
+                               static_cast<unsigned char *>(args.recipes_out), args.nonce);
   if (args.info_out == nullptr) return;   // a repeat: the host knows all of this already
   dim3 grid = GemmKernel::get_grid_shape(params);
   args.info_out[0] = grid.x;

@@ -17,6 +17,7 @@ grid and workspace are read back once per problem shape.
 """
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
 from collections import OrderedDict
@@ -37,6 +38,10 @@ from .staging import copy_lines, copy_rows, stage
 # The setup block's leading pointers, in field order: a, e, b, c, d, params_out,
 # templates, recipes_out, info_out, workspace.
 _POINTERS = struct.Struct("<10Q")
+_NONCE = struct.Struct("<I")
+# Each setup launch's nonce, which marks the TMA recipes it writes (see emit.sm90): unique in
+# the process, so no recipe an earlier setup left in local memory passes for one of its own.
+_nonces = itertools.count(1)
 _VECTORS = struct.Struct("<3Q")   # SETUP_SCALED's row_scales, column_scales and row_bias
 # The scaled epilogue's run-time vectors, as pointers: row scales, column scales, row bias
 # (0: absent; a scale then reads as 1, the bias as 0).
@@ -297,6 +302,7 @@ class Sm90Plan:
         block = bytearray(self._block)
         _POINTERS.pack_into(block, 0, *pointers, params, templates, recipes_out, info_out, workspace)
         layout = setup_layout(self.config)
+        _NONCE.pack_into(block, layout.offsets["nonce"], next(_nonces) % 0xFFFFFFFF + 1)
         if layout is SETUP_SCALED:   # a null scale reads as 1, a null bias as 0
             _VECTORS.pack_into(block, layout.offsets["row_scales"], *scales)
         elif any(scales):
