@@ -52,7 +52,7 @@ def test_a_first_sm90_run_compiles_compressor_and_gemm_side_by_side(monkeypatch)
 
 def test_a_scaled_plan_packs_its_scale_pointers():
     # Issue 15 groundwork: a Problem with scales "row_col" plans the scaled kernel, whose
-    # setup block carries the (row, column) scale pointers after SETUP's fields; an
+    # setup block carries the (row, column) scale and bias pointers after SETUP's fields; an
     # unscaled kernel refuses scale pointers rather than dropping them.
     import dataclasses
 
@@ -72,10 +72,15 @@ def test_a_scaled_plan_packs_its_scale_pointers():
         plan, plain = plans.make(scaled), plans.make(base)
     plans.clear()
     assert plan.config.scales == "row_col" and plan.config.element == "e4m3" and plain.config.scales == "none"
-    block = plan._setup_arguments((1, 2, 3, 4, 5), 6, scales=(0x1000, 0x2000))
+    block = plan._setup_arguments((1, 2, 3, 4, 5), 6, scales=(0x1000, 0x2000, 0x3000))
     fields = np.frombuffer(block.tobytes(), dtype=SETUP_SCALED.dtype)[0]
     assert (int(fields["a"]), int(fields["d"]), int(fields["params_out"])) == (1, 5, 6)
-    assert (int(fields["row_scales"]), int(fields["column_scales"])) == (0x1000, 0x2000)
+    assert (int(fields["row_scales"]), int(fields["column_scales"]), int(fields["row_bias"])) == \
+        (0x1000, 0x2000, 0x3000)
+    assert float(fields["out_multiplier"]) == 1.0   # 1 / out_scale
+    # each launch's own nonce (never 0), which marks the TMA recipes it writes
+    again = np.frombuffer(plan._setup_arguments((1, 2, 3, 4, 5), 6).tobytes(), dtype=SETUP_SCALED.dtype)[0]
+    assert 0 != int(fields["nonce"]) != int(again["nonce"]) != 0
     assert plain._setup_arguments((1, 2, 3, 4, 5), 6).nbytes == SETUP.dtype.itemsize
     with pytest.raises(ValueError, match="takes no scales"):
-        plain._setup_arguments((1, 2, 3, 4, 5), 6, scales=(0x1000, 0))
+        plain._setup_arguments((1, 2, 3, 4, 5), 6, scales=(0x1000, 0, 0))
