@@ -196,8 +196,9 @@ def test_sm90_kernel_compiles_with_nvrtc12(tmp_path):
     config = fam.config(tile, "f16", "f16", "row", 8, 8)
     kernels._memo.clear()
     compiled = kernels.get(config, "sm_90a", KernelCache(tmp_path / "c.db"))
-    assert cubin.kernel_param_bytes(compiled.cubin, config.name) == 8            # Params const*
-    assert cubin.kernel_param_bytes(compiled.cubin, f"{config.name}_setup") == SETUP.dtype.itemsize
     c = compiled.constants
+    # Params by value, then the setup's buffer (or null)
+    assert cubin.kernel_param_sizes(compiled.cubin, config.name) == (c["params_bytes"], 8)
+    assert cubin.kernel_param_bytes(compiled.cubin, f"{config.name}_setup") == SETUP.dtype.itemsize
     assert c["threads"] == 384 and 100_000 < c["shared_bytes"] <= 227 * 1024
     assert c["params_bytes"] % 64 == 0 and c["params_bytes"] >= 4 * 128
