@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cupy  # noqa: E402
@@ -15,6 +16,7 @@ import torch  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse.api import eager, interop, matmul as api_matmul  # noqa: E402
+from bench_eager import device_ms  # noqa: E402
 from cutlass_sparse.launch import staging  # noqa: E402
 
 
@@ -33,15 +35,8 @@ def host_us(call, calls=2000, rounds=5):
 
 
 def device_us(call, repeats=50):
-    call()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        call()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / repeats * 1e3
+    """Time per call with CUDA events around `repeats` calls (bench_eager.device_ms, in us)."""
+    return device_ms(torch, call, repeats=repeats, rounds=1) * 1e3
 
 
 def main():
