@@ -198,9 +198,21 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
                              for family in ("sm80", "sm90") for case in any_shape_cases.cases(family)]
                             + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count)
                             + quantized_problems(sm_count, bench=True)
-                            + quantized_problems(sm_count, bench=True, element="s8"))
+                            + quantized_problems(sm_count, bench=True, element="s8")
+                            + programmatic_problems(sm_count))
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
+
+
+def programmatic_problems(sm_count: int = 132):
+    """tests/test_gpu_programmatic.py's chains and scripts/device/probe_pdl.py's shapes (row-major x)."""
+    from cutlass_sparse.describe.problem import Problem
+
+    shapes = [(512, n, 256, "relu") for n in (16, 64)] + [(256, n, 512, "identity") for n in (16, 32, 64)]
+    shapes += [(m, n, k, "identity") for m, n, k in ((4096, 16, 4096), (14336, 16, 4096), (4096, 16, 14336),
+                                                       (4096, 128, 4096), (4096, 512, 4096), (8192, 8192, 8192))]
+    return [Problem.contiguous("sm90", m, n, k, activation=activation, sm_count=sm_count)
+            for m, n, k, activation in shapes]
 
 
 def quantized_problems(sm_count: int = 132, bench: bool = False, element: str = "e4m3"):

@@ -55,8 +55,8 @@ def test_patched_copy_equals_a_setup_with_those_pointers():
     sets = ((0x7F00DEAD0000, 0x7F00BEEF0000, 0x10, 0x20, 0x30), (0x40, 0x50, 0x60, 0x70, 0x80))
     records = [host.record(new) for new in sets]
     for new, record in zip(sets, records):
-        assert record.shape == (1,) and record.dtype.itemsize == len(run_setup(new))
-        assert record.tobytes() == run_setup(new)
+        assert len(record) == len(run_setup(new))
+        assert bytes(record) == run_setup(new)
 
 
 def test_a_range_comes_back_in_one_copy():
@@ -110,3 +110,17 @@ def test_a_second_use_of_a_pointer_is_refused_even_among_leftovers():
 
     assert sm90_params.find_pointer_map(derived, 5, 0x7F0000000000) is None
     assert "pointer 3" in sm90_params.failures[5]
+
+
+def test_kernel_params_point_at_the_arguments():
+    """launch.programmatic passes a GEMM's two arguments as an array of their addresses:
+    the Params record (by value) and the from_device pointer (null for by-value Params)."""
+    import ctypes
+
+    from cutlass_sparse.launch import programmatic
+
+    record = (ctypes.c_char * 64).from_buffer_copy(bytes(range(64)))
+    params = programmatic.kernel_params(record, programmatic.NULL)
+    assert len(params) == 2
+    assert ctypes.string_at(params[0], 64) == bytes(range(64))
+    assert ctypes.c_uint64.from_address(params[1]).value == 0

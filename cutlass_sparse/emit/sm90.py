@@ -82,6 +82,10 @@ struct tuple_element<I, const cute::tuple<T...>> {
 TEMPLATE = """\
 // ${name}
 // Emitted by cutlass_sparse: 2:4 sparse GEMM, CUTLASS 3.x (wgmma.sp + TMA), family sm90.
+// Programmatic dependent launch: the kernel waits on the previous grid (griddepcontrol.wait)
+// before its first global access and lets the next start after its last mainloop, so a
+// GEMM's prologue overlaps the previous GEMM's epilogue (launch.pdl).
+#define CUTLASS_ENABLE_GDC_FOR_SM90
 ${before_includes}
 #include <cutlass/cutlass.h>
 #include <cute/tensor.hpp>

@@ -4,7 +4,8 @@ CuPy's Module/Function do the driver work (cuModuleLoadData, cuLaunchKernel) fro
 Cython, which keeps a launch to a few microseconds of host time; a size-1 NumPy
 structured array is passed by value as a kernel's argument struct. Each device gets
 its own module, loaded on first use, with each entry's shared-memory limit raised once.
-Launches go on the current CuPy stream and never synchronize.
+Launches go on the current CuPy stream and never synchronize. The sm90 GEMM's main entry
+goes through the driver instead (entry(): launch.programmatic, cuLaunchKernelEx).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import threading
 import numpy as np
 
 from ..build.kernels import CompiledKernel
+from .programmatic import Entry
 
 
 class LoadedKernel:
@@ -22,6 +24,7 @@ class LoadedKernel:
         self.compiled = compiled
         self._functions: dict[tuple[int, str], object] = {}
         self._modules: dict[int, object] = {}   # keep each device's module alive
+        self._entries: dict[int, object] = {}
         self._lock = threading.Lock()
 
     def function(self, device_id: int, symbol: str, shared_bytes: int = 0):
@@ -41,6 +44,18 @@ class LoadedKernel:
                                             shared_bytes)
                 self._functions[(device_id, symbol)] = func
         return func
+
+    def entry(self, device_id: int):
+        """The main entry as a launch.programmatic.Entry (made once per device, shared by
+        every plan that runs this kernel, with its launch configurations)."""
+        entry = self._entries.get(device_id)
+        if entry is None:
+            compiled = self.compiled
+            function = self.function(device_id, compiled.symbol, compiled.shared_bytes)
+            with self._lock:
+                entry = self._entries.setdefault(
+                    device_id, Entry(function, (compiled.threads, 1, 1), compiled.shared_bytes))
+        return entry
 
     def launch(self, device_id: int, grid: tuple[int, int, int], args,
                symbol: str | None = None, threads: int | tuple[int, int, int] | None = None,

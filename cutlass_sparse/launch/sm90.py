@@ -17,13 +17,12 @@ grid and workspace are read back once per problem shape.
 """
 from __future__ import annotations
 
+import ctypes
 import itertools
 import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-
-import numpy as np
 
 from ..build import kernels
 from ..describe import catalog, dtypes, selection
@@ -31,7 +30,7 @@ from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
-from . import device, modules, sm90_params, sm90_prepare
+from . import device, modules, programmatic, sm90_params, sm90_prepare
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import copy_lines, copy_rows, stage
 
@@ -57,26 +56,22 @@ PARAMS_PER_PLAN = 64
 
 @dataclass(slots=True)
 class Ready:
-    """A built launch: the GEMM's arguments (Params by value, or a placeholder record and
-    the device buffer the setup entry wrote them to), its grid, and its workspace."""
+    """A built launch: the GEMM's kernelParams (the addresses of its two arguments: Params
+    by value, or a placeholder record and the setup entry's buffer), its grid, and its
+    workspace."""
 
-    args: tuple
+    arguments: ctypes.Array
     grid: tuple[int, int, int]
     workspace: object = None
     barrier: tuple[int, int] = (0, 0)   # (byte offset, bytes) to zero before each launch
     params: object = None               # the setup's device buffer, kept alive while used
+    held: tuple = ()                    # the ctypes objects `arguments` points into
 
-
-def _pointer(value: int):
-    """A kernel pointer argument CuPy passes as it is (an ndarray argument would have CuPy
-    describe the whole array at every launch)."""
-    global _CIntptr
-    if _CIntptr is None:
-        from cupy.cuda.function import CIntptr as _CIntptr
-    return _CIntptr(value)
-
-
-_CIntptr = None
+    @property
+    def by_value(self) -> bool:
+        """Params by value: the GEMM reads no global memory before it waits on the
+        previous grid, so it may launch programmatically (launch.programmatic)."""
+        return self.params is None
 
 
 class Sm90Plan:
@@ -249,11 +244,8 @@ class Sm90Plan:
             cupy.cuda.runtime.memsetAsync(ready.workspace.data.ptr + offset, 0, nbytes, stream.ptr)
         gemm = self._gemm
         if gemm is None:   # the loaded entry, looked up once per plan
-            compiled = self.compiled
-            gemm = self._gemm = (self.loaded.function(self.problem.device_id, compiled.symbol, compiled.shared_bytes),
-                                 (compiled.threads, 1, 1), compiled.shared_bytes)
-        function, threads, shared = gemm
-        function(ready.grid, threads, ready.args, shared, stream)   # positional: 2 us less than keywords
+            gemm = self._gemm = self.loaded.entry(self.problem.device_id)
+        gemm(ready.grid, ready.arguments, stream, ready.by_value)
 
     def _host_key(self, pointers, scales) -> tuple:
         """What a host copy of Params is kept under: kernel, device, the setup block without
@@ -284,7 +276,9 @@ class Sm90Plan:
             if params_bytes is None:
                 return None
             host = self._host_params[nulls] = sm90_params.HostParams(params_bytes, offsets)   # kept by the plan
-        return Ready((host.record(pointers + tuple(scales)), _pointer(0)), self._prepared(pointers).grid)
+        record = host.record(pointers + tuple(scales))
+        return Ready(programmatic.kernel_params(record, programmatic.NULL), self._prepared(pointers).grid,
+                     held=(record,))
 
     def _setup_block(self) -> bytearray:
         """The setup entry's argument block without its pointers (filled per build)."""
@@ -342,9 +336,10 @@ class Sm90Plan:
             sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
         placeholder = self._placeholder
         if placeholder is None:   # the by-value argument the GEMM ignores when given a buffer
-            placeholder = self._placeholder = np.zeros(1, dtype=(np.void, self.compiled.constants["params_bytes"]))
-        return Ready((placeholder, _pointer(params.data.ptr)), prepared.grid, workspace,
-                     (prepared.barrier_offset, prepared.barrier_bytes), params)
+            placeholder = self._placeholder = (ctypes.c_char * self.compiled.constants["params_bytes"])()
+        from_device = ctypes.c_uint64(params.data.ptr)
+        return Ready(programmatic.kernel_params(placeholder, from_device), prepared.grid, workspace,
+                     (prepared.barrier_offset, prepared.barrier_bytes), params, (placeholder, from_device))
 
     def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)

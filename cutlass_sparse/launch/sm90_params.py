@@ -17,7 +17,6 @@ the kernel's first setup, which synchronizes anyway). After that:
 from __future__ import annotations
 
 import ctypes
-import functools
 import struct
 import threading
 from collections import OrderedDict
@@ -161,23 +160,18 @@ class HostParams:
 
     def __init__(self, params_bytes: bytes, offsets: tuple[int | None, ...]):
         self._block = bytearray(params_bytes)
-        self._dtype = _record_dtype(len(params_bytes))
+        self._record = ctypes.c_char * len(params_bytes)
         self._words = [(offset, i) for i, offset in enumerate(offsets) if offset is not None]
         self._lock = threading.Lock()
 
-    def record(self, pointers: tuple[int, ...]) -> np.ndarray:
-        """Params with these pointers, as a size-1 opaque record of their own."""
+    def record(self, pointers: tuple[int, ...]) -> ctypes.Array:
+        """Params with these pointers, as bytes of their own (launch.programmatic passes
+        their address)."""
         block = self._block
         with self._lock:
             for offset, i in self._words:
                 _WORD.pack_into(block, offset, pointers[i])
-            return np.frombuffer(bytes(block), dtype=self._dtype)
-
-
-@functools.lru_cache(maxsize=None)
-def _record_dtype(nbytes: int) -> np.dtype:
-    """The opaque record type of nbytes of Params (a kernel has one size; made once)."""
-    return np.dtype((np.void, nbytes))
+            return self._record.from_buffer_copy(block)
 
 
 def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None:

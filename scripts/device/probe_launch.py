@@ -29,24 +29,32 @@ def main():
     plan = eager.lookup(eager.torch_key(sw, x, out, api_matmul._DEFAULT_OPTIONS)).plan
     stream = interop.torch_stream(0)
     ready = plan.ready(sw, (x.data_ptr(), out.data_ptr(), out.data_ptr()), None, stream)
-    function, threads, shared = plan._gemm
+    compiled = plan.compiled
+    function = plan.loaded.function(0, compiled.symbol, compiled.shared_bytes)
+    threads, shared = (compiled.threads, 1, 1), compiled.shared_bytes
     grid = ready.grid
     print("grid", grid, "threads", threads, "shared", shared)
+    import numpy as np
+    from cupy.cuda.function import CIntptr
+
+    # CuPy's arguments: the Params record (or the placeholder) as a NumPy record, then the buffer pointer
+    args = (np.frombuffer(bytes(ready.held[0]), dtype=(np.void, len(ready.held[0]))),
+            CIntptr(0 if ready.params is None else ready.params.data.ptr))
 
     def via_cupy():
-        function(grid, threads, ready.args, shared_mem=shared, stream=stream)
+        function(grid, threads, args, shared_mem=shared, stream=stream)
 
     def via_cupy_positional():
-        function(grid, threads, ready.args, shared, stream)
+        function(grid, threads, args, shared, stream)
+
+    def via_library():   # launch.programmatic: cuLaunchKernelEx, kernelParams made once
+        plan.launch(ready, stream)
 
     from cuda.bindings import driver
 
     cu_function = driver.CUfunction(function.ptr)
     cu_stream = driver.CUstream(stream.ptr)
-    record = ready.args[0]   # Params by value (or the placeholder), then the buffer pointer
-    value = ctypes.c_uint64(0 if ready.params is None else ready.params.data.ptr)
-    params = (ctypes.c_void_p * 2)(record.ctypes.data, ctypes.addressof(value))
-    params_address = ctypes.addressof(params)
+    params_address = ctypes.addressof(ready.arguments)
     gx, gy, gz = grid
     tx = threads[0]
 
@@ -68,6 +76,7 @@ def main():
     for name, call in (("cupy Function(..., shared_mem=, stream=)", via_cupy),
                        ("cupy Function positional", via_cupy_positional),
                        ("cuda.bindings cuLaunchKernel", via_bindings),
+                       ("library (cuLaunchKernelEx, programmatic)", via_library),
                        ("ctypes libcuda cuLaunchKernel", via_ctypes),
                        ("torch.mm(w, x, out=out)", lambda: torch.mm(w, x, out=out)),
                        ("empty python call", lambda: None)):
