@@ -199,13 +199,13 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
                             + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count)
                             + quantized_problems(sm_count, bench=True)
                             + quantized_problems(sm_count, bench=True, element="s8")
-                            + programmatic_problems(sm_count))
+                            + pdl_problems(sm_count))
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
 
 
-def programmatic_problems(sm_count: int = 132):
-    """tests/test_gpu_programmatic.py's chains and scripts/device/probe_pdl.py's shapes (row-major x)."""
+def pdl_problems(sm_count: int = 132):
+    """tests/test_gpu_pdl.py's chains and scripts/device/probe_pdl.py's shapes (row-major x)."""
     from cutlass_sparse.describe.problem import Problem
 
     shapes = [(512, n, 256, "relu") for n in (16, 64)] + [(256, n, 512, "identity") for n in (16, 32, 64)]

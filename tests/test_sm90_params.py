@@ -113,14 +113,14 @@ def test_a_second_use_of_a_pointer_is_refused_even_among_leftovers():
 
 
 def test_kernel_params_point_at_the_arguments():
-    """launch.programmatic passes a GEMM's two arguments as an array of their addresses:
+    """launch.pdl passes a GEMM's two arguments as an array of their addresses:
     the Params record (by value) and the from_device pointer (null for by-value Params)."""
     import ctypes
 
-    from cutlass_sparse.launch import programmatic
+    from cutlass_sparse.launch import pdl
 
     record = (ctypes.c_char * 64).from_buffer_copy(bytes(range(64)))
-    params = programmatic.kernel_params(record, programmatic.NULL)
+    params = pdl.kernel_params(record, pdl.NULL)
     assert len(params) == 2
     assert ctypes.string_at(params[0], 64) == bytes(range(64))
     assert ctypes.c_uint64.from_address(params[1]).value == 0

@@ -83,18 +83,47 @@ _streams: dict[tuple[int, int], object] = {}
 _streams_lock = threading.Lock()
 
 
+_raw_stream = None   # torch's current stream pointer of a device (found on the first call)
+
+
 def torch_stream(device_index: int):
     """CuPy's handle on torch's current stream of a device (kept per stream)."""
-    import cupy
-    import torch
+    global _raw_stream
+    if _raw_stream is None:
+        import torch
 
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # the pointer, without a Stream object
-    ptr = raw(device_index) if raw is not None else torch.cuda.current_stream(device_index).cuda_stream
+        # the pointer without a Stream object, where torch has the function
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda index: torch.cuda.current_stream(index).cuda_stream)
+    ptr = _raw_stream(device_index)
     stream = _streams.get((ptr, device_index))
     if stream is None:
         with _streams_lock:
-            stream = _streams[(ptr, device_index)] = cupy.cuda.ExternalStream(ptr, device_index)
+            stream = _streams[(ptr, device_index)] = _cupy_stream(ptr, device_index)
     return stream
+
+
+class _StreamPointer:
+    """A raw stream pointer in the CUDA stream protocol (what Stream.from_external takes)."""
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __cuda_stream__(self):
+        return (0, self.ptr)
+
+
+def _cupy_stream(ptr: int, device_index: int):
+    """A CuPy stream over a torch stream's pointer (CuPy 14 deprecates ExternalStream for
+    Stream.from_external; the legacy default stream, pointer 0, is CuPy's null stream)."""
+    import cupy
+
+    if ptr == 0:
+        return cupy.cuda.Stream.null
+    if not hasattr(cupy.cuda.Stream, "from_external"):
+        return cupy.cuda.ExternalStream(ptr, device_index)
+    with cupy.cuda.Device(device_index):
+        return cupy.cuda.Stream.from_external(_StreamPointer(ptr))
 
 
 def torch_io(fn=None, *, make_out=None):

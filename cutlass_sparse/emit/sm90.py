@@ -82,11 +82,7 @@ struct tuple_element<I, const cute::tuple<T...>> {
 TEMPLATE = """\
 // ${name}
 // Emitted by cutlass_sparse: 2:4 sparse GEMM, CUTLASS 3.x (wgmma.sp + TMA), family sm90.
-// Programmatic dependent launch: the kernel waits on the previous grid (griddepcontrol.wait)
-// before its first global access and lets the next start after its last mainloop, so a
-// GEMM's prologue overlaps the previous GEMM's epilogue (launch.pdl).
-#define CUTLASS_ENABLE_GDC_FOR_SM90
-${before_includes}
+${gdc}${before_includes}
 #include <cutlass/cutlass.h>
 #include <cute/tensor.hpp>
 #include <cutlass/gemm/dispatch_policy.hpp>
@@ -237,6 +233,21 @@ ${name}(__grid_constant__ Params const params, Params const *from_device) {
 """
 
 
+GDC = """\
+// Programmatic dependent launch: the kernel waits on the previous grid (griddepcontrol.wait)
+// before its first global access and lets the next start after its last mainloop, so a
+// GEMM's prologue overlaps the previous GEMM's epilogue (launch.pdl).
+#define CUTLASS_ENABLE_GDC_FOR_SM90
+"""
+
+
+def waits_on_previous_grid(config: SparseGemmConfig) -> bool:
+    """Whether the kernel is built for programmatic dependent launch: all but stream-K, whose
+    scheduler's is_last_tile (const) binds a const member to a non-const reference in
+    CUTLASS 4.2 and does not compile with CUTLASS_ENABLE_GDC_FOR_SM90."""
+    return config.tile_scheduler != "streamk"
+
+
 def emit(config: SparseGemmConfig) -> Emitted:
     if config.family != "sm90":
         raise ValueError(f"the sm90 emitter cannot emit family {config.family!r}")
@@ -247,6 +258,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
               if config.stages == 0 else f"cutlass::gemm::collective::StageCount<{config.stages}>")
     source = substitute(TEMPLATE, {
         "name": config.name,
+        "gdc": GDC if waits_on_previous_grid(config) else "",
         "element": DataTypeTag[config.tensor_a.element],
         "element_c": DataTypeTag[config.tensor_c.element],
         "accumulator": DataTypeTag[config.math_instruction.element_accumulator],

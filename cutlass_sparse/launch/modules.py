@@ -5,7 +5,7 @@ Cython, which keeps a launch to a few microseconds of host time; a size-1 NumPy
 structured array is passed by value as a kernel's argument struct. Each device gets
 its own module, loaded on first use, with each entry's shared-memory limit raised once.
 Launches go on the current CuPy stream and never synchronize. The sm90 GEMM's main entry
-goes through the driver instead (entry(): launch.programmatic, cuLaunchKernelEx).
+goes through the driver instead (entry(): launch.pdl, cuLaunchKernelEx).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from ..build.kernels import CompiledKernel
-from .programmatic import Entry
+from .pdl import Entry
 
 
 class LoadedKernel:
@@ -46,7 +46,7 @@ class LoadedKernel:
         return func
 
     def entry(self, device_id: int):
-        """The main entry as a launch.programmatic.Entry (made once per device, shared by
+        """The main entry as a launch.pdl.Entry (made once per device, shared by
         every plan that runs this kernel, with its launch configurations)."""
         entry = self._entries.get(device_id)
         if entry is None:

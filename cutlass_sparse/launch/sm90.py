@@ -29,8 +29,8 @@ from ..describe import catalog, dtypes, selection
 from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
-from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
-from . import device, modules, programmatic, sm90_params, sm90_prepare
+from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout, waits_on_previous_grid
+from . import device, modules, pdl, sm90_params, sm90_prepare
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import copy_lines, copy_rows, stage
 
@@ -70,7 +70,7 @@ class Ready:
     @property
     def by_value(self) -> bool:
         """Params by value: the GEMM reads no global memory before it waits on the
-        previous grid, so it may launch programmatically (launch.programmatic)."""
+        previous grid, so it may launch programmatically (launch.pdl)."""
         return self.params is None
 
 
@@ -116,6 +116,7 @@ class Sm90Plan:
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
                                        catalog.load(catalog.for_element(FAMILY, p.element)).swizzle)
         self.atom_k = self.config.atom_k   # which metadata layout the kernel reads
+        self._programmatic = waits_on_previous_grid(self.config)   # may start before the previous grid ends
         self.raster = RASTER
         self.ldd = out.ld
         self.ldc = c.ld if p.epilogue.reads_c else self.ldd
@@ -245,7 +246,7 @@ class Sm90Plan:
         gemm = self._gemm
         if gemm is None:   # the loaded entry, looked up once per plan
             gemm = self._gemm = self.loaded.entry(self.problem.device_id)
-        gemm(ready.grid, ready.arguments, stream, ready.by_value)
+        gemm(ready.grid, ready.arguments, stream, ready.by_value and self._programmatic)
 
     def _host_key(self, pointers, scales) -> tuple:
         """What a host copy of Params is kept under: kernel, device, the setup block without
@@ -277,7 +278,7 @@ class Sm90Plan:
                 return None
             host = self._host_params[nulls] = sm90_params.HostParams(params_bytes, offsets)   # kept by the plan
         record = host.record(pointers + tuple(scales))
-        return Ready(programmatic.kernel_params(record, programmatic.NULL), self._prepared(pointers).grid,
+        return Ready(pdl.kernel_params(record, pdl.NULL), self._prepared(pointers).grid,
                      held=(record,))
 
     def _setup_block(self) -> bytearray:
@@ -338,7 +339,7 @@ class Sm90Plan:
         if placeholder is None:   # the by-value argument the GEMM ignores when given a buffer
             placeholder = self._placeholder = (ctypes.c_char * self.compiled.constants["params_bytes"])()
         from_device = ctypes.c_uint64(params.data.ptr)
-        return Ready(programmatic.kernel_params(placeholder, from_device), prepared.grid, workspace,
+        return Ready(pdl.kernel_params(placeholder, from_device), prepared.grid, workspace,
                      (prepared.barrier_offset, prepared.barrier_bytes), params, (placeholder, from_device))
 
     def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:

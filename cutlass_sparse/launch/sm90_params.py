@@ -165,7 +165,7 @@ class HostParams:
         self._lock = threading.Lock()
 
     def record(self, pointers: tuple[int, ...]) -> ctypes.Array:
-        """Params with these pointers, as bytes of their own (launch.programmatic passes
+        """Params with these pointers, as bytes of their own (launch.pdl passes
         their address)."""
         block = self._block
         with self._lock:

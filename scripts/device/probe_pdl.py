@@ -1,7 +1,7 @@
-"""Programmatic dependent launch (PDL) of the sm90 GEMM (launch.programmatic): a chain of
+"""Programmatic dependent launch (PDL) of the sm90 GEMM (launch.pdl): a chain of
 GEMMs, each launched while the one before it finishes (its prologue overlapping the
 previous epilogue), against the same kernels in plain stream order. Same process, same
-plans, alternated rounds (launch.programmatic.ENABLED flipped between them); every result
+plans, alternated rounds (launch.pdl.ENABLED flipped between them); every result
 checked against dense, and a dependent chain (down(up(x)), the down GEMM reading what
 up wrote) must give the same bits both ways.
 
@@ -47,14 +47,14 @@ def host_us(fn, calls: int = 300) -> float:
 def timed(modes_fns: dict, rounds: int = 3) -> dict:
     """Kernel-only us of each fn, alternated rounds, best round; fn: (mode, callable)."""
     from cutlass_sparse import reference
-    from cutlass_sparse.launch import programmatic
+    from cutlass_sparse.launch import pdl
 
     times = {name: [] for name in modes_fns}
     for _ in range(rounds):
         for name, (mode, fn) in modes_fns.items():
-            programmatic.ENABLED = mode
+            pdl.ENABLED = mode
             times[name].append(reference.kernel_median_ms(fn) * 1e3)
-    programmatic.ENABLED = True
+    pdl.ENABLED = True
     return {name: min(v) for name, v in times.items()}
 
 
@@ -63,7 +63,7 @@ def measure() -> None:
 
     import cutlass_sparse as cs
     from cutlass_sparse import reference
-    from cutlass_sparse.launch import programmatic
+    from cutlass_sparse.launch import pdl
 
     rng = cupy.random.default_rng(0)
     sws = {}
@@ -77,7 +77,7 @@ def measure() -> None:
         want = reference.to_float32(w) @ reference.to_float32(x)
         errors = {}
         for name, mode in MODES.items():
-            programmatic.ENABLED = mode
+            pdl.ENABLED = mode
             y.fill(0)
             planned(x, out=y)
             errors[name] = reference.relative_error(y, want)
@@ -90,9 +90,9 @@ def measure() -> None:
         if (m, n, k) == SHAPES[0]:
             hosts = {}
             for name, mode in MODES.items():
-                programmatic.ENABLED = mode
+                pdl.ENABLED = mode
                 hosts[name] = host_us(lambda: planned(x, out=y))
-            programmatic.ENABLED = True
+            pdl.ENABLED = True
             line += "; host us per plan call: " + ", ".join(f"{k_} {v:.2f}" for k_, v in hosts.items())
         print(line, flush=True)
     chain(sws, rng)
@@ -104,7 +104,7 @@ def chain(sws, rng) -> None:
     import cupy
 
     import cutlass_sparse as cs
-    from cutlass_sparse.launch import programmatic
+    from cutlass_sparse.launch import pdl
 
     x = rng.standard_normal((4096, 16), dtype=cupy.float32).astype(cupy.float16)
     h = cupy.empty((14336, 16), cupy.float16)
@@ -122,7 +122,7 @@ def chain(sws, rng) -> None:
         x[...] = rng.standard_normal((4096, 16), dtype=cupy.float32).astype(cupy.float16)
         results = []
         for mode in (False, True):
-            programmatic.ENABLED = mode
+            pdl.ENABLED = mode
             h.fill(0)
             y.fill(0)
             step()

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch of the sm90 GEMM (launch.programmatic) on the GPU: a GEMM
+"""Programmatic dependent launch of the sm90 GEMM (launch.pdl) on the GPU: a GEMM
 that reads what the GEMM before it wrote gets the same bits whether it may start early
 or not, eagerly and replayed from a CUDA graph. Marked gpu."""
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import cutlass_sparse as cs
-from cutlass_sparse.launch import programmatic
+from cutlass_sparse.launch import pdl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_gpu_epilogue_split_k import assert_close, expect  # noqa: E402
@@ -51,14 +51,14 @@ def test_dependent_gemms_give_the_same_bits_with_programmatic_launch(n):
             x[...] = rng.standard_normal(x.shape, dtype=cupy.float32).astype(cupy.float16)
             results = []
             for enabled in (False, True):
-                programmatic.ENABLED = enabled
+                pdl.ENABLED = enabled
                 h.fill(0)
                 y.fill(float("nan"))
                 step()
                 results.append(y.copy())
             cupy.testing.assert_array_equal(results[0], results[1])
     finally:
-        programmatic.ENABLED = True
+        pdl.ENABLED = True
     hidden = expect(w_up, x, activation="relu").astype(cupy.float16)
     assert_close(y, expect(w_down, hidden), "f16")
 
@@ -67,7 +67,7 @@ def test_programmatic_chain_replayed_from_a_cuda_graph():
     import cupy
 
     _sm90_or_skip()
-    assert programmatic.ENABLED
+    assert pdl.ENABLED
     (w_up, w_down), x, h, y, step = _chain(16)
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
