@@ -241,13 +241,6 @@ GDC = """\
 """
 
 
-def waits_on_previous_grid(config: SparseGemmConfig) -> bool:
-    """Whether the kernel is built for programmatic dependent launch: all but stream-K, whose
-    scheduler's is_last_tile (const) binds a const member to a non-const reference in
-    CUTLASS 4.2 and does not compile with CUTLASS_ENABLE_GDC_FOR_SM90."""
-    return config.tile_scheduler != "streamk"
-
-
 def emit(config: SparseGemmConfig) -> Emitted:
     if config.family != "sm90":
         raise ValueError(f"the sm90 emitter cannot emit family {config.family!r}")
@@ -258,7 +251,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
               if config.stages == 0 else f"cutlass::gemm::collective::StageCount<{config.stages}>")
     source = substitute(TEMPLATE, {
         "name": config.name,
-        "gdc": GDC if waits_on_previous_grid(config) else "",
+        "gdc": GDC,
         "element": DataTypeTag[config.tensor_a.element],
         "element_c": DataTypeTag[config.tensor_c.element],
         "accumulator": DataTypeTag[config.math_instruction.element_accumulator],

@@ -29,7 +29,7 @@ from ..describe import catalog, dtypes, selection
 from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
-from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout, waits_on_previous_grid
+from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
 from . import device, modules, pdl, sm90_params, sm90_prepare
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import copy_lines, copy_rows, stage
@@ -116,7 +116,6 @@ class Sm90Plan:
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
                                        catalog.load(catalog.for_element(FAMILY, p.element)).swizzle)
         self.atom_k = self.config.atom_k   # which metadata layout the kernel reads
-        self._programmatic = waits_on_previous_grid(self.config)   # may start before the previous grid ends
         self.raster = RASTER
         self.ldd = out.ld
         self.ldc = c.ld if p.epilogue.reads_c else self.ldd
@@ -246,7 +245,7 @@ class Sm90Plan:
         gemm = self._gemm
         if gemm is None:   # the loaded entry, looked up once per plan
             gemm = self._gemm = self.loaded.entry(self.problem.device_id)
-        gemm(ready.grid, ready.arguments, stream, ready.by_value and self._programmatic)
+        gemm(ready.grid, ready.arguments, stream, ready.by_value)
 
     def _host_key(self, pointers, scales) -> tuple:
         """What a host copy of Params is kept under: kernel, device, the setup block without

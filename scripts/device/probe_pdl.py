@@ -8,7 +8,9 @@ up wrote) must give the same bits both ways.
     python scripts/device/probe_pdl.py
 
 Session 11's first run (docs/probe_pdl_experiment_h100.log) compared kernels compiled
-with and without CUTLASS_ENABLE_GDC_FOR_SM90 launched in plain order: within noise.
+with and without CUTLASS_ENABLE_GDC_FOR_SM90 launched in plain order: within noise. Its
+later runs (docs/probe_pdl_h100.log) found CUTLASS's ping-pong kernel letting the next
+grid launch at once (an idle warp group's signal), now patched (emit.nvrtc_headers).
 """
 from __future__ import annotations
 
