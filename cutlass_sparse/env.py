@@ -139,6 +139,11 @@ def compile_disabled() -> bool:
     return os.environ.get("CUTLASS_SPARSE_NO_COMPILE", "") not in ("", "0")
 
 
+def programmatic_launch() -> bool:
+    """CUTLASS_SPARSE_PDL=0 launches every sm90 GEMM in plain stream order (launch.pdl)."""
+    return os.environ.get("CUTLASS_SPARSE_PDL", "1") != "0"
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)

@@ -16,10 +16,11 @@ in the same probe). CUTLASS_SPARSE_PDL=0 launches every GEMM in plain stream ord
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 
-ENABLED = os.environ.get("CUTLASS_SPARSE_PDL", "1") != "0"
+from .. import env
+
+ENABLED = env.programmatic_launch()
 
 # The GEMM's from_device argument when its Params come by value.
 NULL = ctypes.c_uint64(0)
