@@ -20,7 +20,12 @@ from cutlass_sparse.formats import sm90_layout
 def test_header_patches_apply_once_each():
     headers = dict(nvrtc_headers.patched_headers())
     assert set(headers) == {nvrtc_headers.TMA_HEADER, nvrtc_headers.HW_INFO_HEADER, nvrtc_headers.UINT128_HEADER,
-                            nvrtc_headers.SCHEDULER_PARAMS_HEADER}
+                            nvrtc_headers.SCHEDULER_PARAMS_HEADER, nvrtc_headers.PINGPONG_HEADER,
+                            nvrtc_headers.STREAM_K_HEADER}
+    # PDL: the ping-pong kernel's only launch_dependents is the working warp group's
+    pingpong = headers[nvrtc_headers.PINGPONG_HEADER]
+    assert pingpong.count("launch_dependent_grids();") == 1
+    assert "uint32_t unit_iter_start = unit_iter_start_;" in headers[nvrtc_headers.STREAM_K_HEADER]
     assert headers[nvrtc_headers.SCHEDULER_PARAMS_HEADER].count("cutlass_sparse: also under NVRTC") == 2
     assert "#if defined(__CUDACC_RTC__)\n#define CUTLASS_UINT128_NATIVE" in headers[nvrtc_headers.UINT128_HEADER]
     assert "cutlass_sparse_tma::record(&tma_desc" in headers[nvrtc_headers.TMA_HEADER]

@@ -43,43 +43,43 @@ class Entry:
         self._launch = driver.cuLaunchKernelEx
         self._current_stream = cupy.cuda.get_current_stream
         self._function = driver.CUfunction(function.ptr)
+        # one launch configuration per kind, its grid and stream set just before each launch
+        self._configs = {kind: self._config(threads, shared_bytes, kind) for kind in (False, True)}
         self._threads, self._shared = threads, shared_bytes
-        self._configs: dict[tuple, object] = {}
-        self._lock = threading.Lock()   # a config's stream is set just before its launch
+        self._lock = threading.Lock()
 
-    def _config(self, grid: tuple[int, int, int], programmatic: bool):
+    def _config(self, threads: tuple[int, int, int], shared_bytes: int, programmatic: bool):
         driver = self._driver
         config = driver.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = grid
-        config.blockDimX, config.blockDimY, config.blockDimZ = self._threads
-        config.sharedMemBytes = self._shared
+        config.blockDimX, config.blockDimY, config.blockDimZ = threads
+        config.sharedMemBytes = shared_bytes
         if programmatic:
             attribute = driver.CUlaunchAttribute()
             attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
             attribute.value.programmaticStreamSerializationAllowed = 1
             config.attrs = [attribute]
             config.numAttrs = 1
-        with self._lock:
-            self._configs[(grid, programmatic)] = config
         return config
 
     def __call__(self, grid: tuple[int, int, int], params: ctypes.Array, stream=None,
                  programmatic: bool = False) -> None:
         """Launch on `stream` (a CuPy stream; default the current one)."""
-        key = (grid, programmatic and ENABLED)
-        config = self._configs.get(key) or self._config(*key)
+        config = self._configs[programmatic and ENABLED]
         stream_ptr = (stream or self._current_stream()).ptr
+        address = ctypes.addressof(params)
         with self._lock:
+            config.gridDimX, config.gridDimY, config.gridDimZ = grid
             config.hStream = stream_ptr
-            err, = self._launch(config, self._function, ctypes.addressof(params), 0)
+            err, = self._launch(config, self._function, address, 0)
         if err:
             if err == self._driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:   # a thread with no current context yet
                 import cupy
 
                 cupy.cuda.runtime.setDevice(cupy.cuda.runtime.getDevice())
                 with self._lock:
+                    config.gridDimX, config.gridDimY, config.gridDimZ = grid
                     config.hStream = stream_ptr
-                    err, = self._launch(config, self._function, ctypes.addressof(params), 0)
+                    err, = self._launch(config, self._function, address, 0)
             if err:
                 raise RuntimeError(f"cuLaunchKernelEx failed: {err.name} (grid {grid}, threads {self._threads}, "
                                    f"{self._shared} bytes of shared memory)")

@@ -13,7 +13,7 @@ import torch  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse.api import eager, interop, matmul as api_matmul  # noqa: E402
-from cutlass_sparse.launch import sm90, sm90_params  # noqa: E402
+from cutlass_sparse.launch import pdl, sm90, sm90_params  # noqa: E402
 from cutlass_sparse.plan import plans  # noqa: E402
 
 
@@ -73,7 +73,7 @@ def main():
         t.append(time.perf_counter())
         record = host.record(pointers + (0, 0, 0))
         t.append(time.perf_counter())
-        ready = sm90.Ready((record, sm90._pointer(0)), plan._prepared(pointers).grid)
+        ready = sm90.Ready(pdl.kernel_params(record, pdl.NULL), plan._prepared(pointers).grid, held=(record,))
         t.append(time.perf_counter())
         with plan._lock:
             plan._readies[pointers] = ready
