@@ -15,7 +15,8 @@ import torch  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse.api import eager, interop, matmul as api_matmul  # noqa: E402
-from probe_eager_parts import host_us  # noqa: E402  (this folder is on sys.path when run as a script)
+# launches queued behind a spin kernel, so the GPU's own time never shows in a row
+from probe_pdl import host_us  # noqa: E402  (this folder is on sys.path when run as a script)
 
 
 def main():
