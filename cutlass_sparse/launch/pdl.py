@@ -67,19 +67,19 @@ class Entry:
         config = self._configs[programmatic and ENABLED]
         stream_ptr = (stream or self._current_stream()).ptr
         address = ctypes.addressof(params)
+        err = self._submit(config, grid, stream_ptr, address)
+        if err == self._driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:   # a thread with no current context yet
+            import cupy
+
+            cupy.cuda.runtime.setDevice(cupy.cuda.runtime.getDevice())
+            err = self._submit(config, grid, stream_ptr, address)
+        if err:
+            raise RuntimeError(f"cuLaunchKernelEx failed: {err.name} (grid {grid}, threads {self._threads}, "
+                               f"{self._shared} bytes of shared memory)")
+
+    def _submit(self, config, grid, stream_ptr: int, address: int):
         with self._lock:
             config.gridDimX, config.gridDimY, config.gridDimZ = grid
             config.hStream = stream_ptr
             err, = self._launch(config, self._function, address, 0)
-        if err:
-            if err == self._driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:   # a thread with no current context yet
-                import cupy
-
-                cupy.cuda.runtime.setDevice(cupy.cuda.runtime.getDevice())
-                with self._lock:
-                    config.gridDimX, config.gridDimY, config.gridDimZ = grid
-                    config.hStream = stream_ptr
-                    err, = self._launch(config, self._function, address, 0)
-            if err:
-                raise RuntimeError(f"cuLaunchKernelEx failed: {err.name} (grid {grid}, threads {self._threads}, "
-                                   f"{self._shared} bytes of shared memory)")
+        return err
