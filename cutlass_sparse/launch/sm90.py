@@ -42,9 +42,7 @@ _NONCE = struct.Struct("<I")
 # the process, so no recipe an earlier setup left in local memory passes for one of its own.
 _nonces = itertools.count(1)
 _VECTORS = struct.Struct("<3Q")   # SETUP_SCALED's row_scales, column_scales and row_bias
-# The scaled epilogue's run-time vectors, as pointers: row scales, column scales, row bias
-# (0: absent; a scale then reads as 1, the bias as 0).
-NO_VECTORS = (0, 0, 0)
+NO_VECTORS = sm90_params.NO_VECTORS   # the scaled epilogue's vectors, all absent
 # The tile scheduler's raster order: 0 lets CUTLASS choose (its heuristic), 1 along M,
 # 2 along N. A run-time argument of the setup entry.
 RASTER = 0

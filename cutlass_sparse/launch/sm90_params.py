@@ -23,9 +23,12 @@ from collections import OrderedDict
 
 import numpy as np
 
+# The scaled epilogue's run-time vectors, as pointers: row scales, column scales, row bias
+# (0: absent; a scale then reads as 1, the bias as 0).
+NO_VECTORS = (0, 0, 0)
 # The pointer vector: a, e, b, c, d as the setup block has them, then a scaled kernel's
-# vectors (row scales, column scales, row bias).
-POINTERS = 8
+# vectors.
+POINTERS = 5 + len(NO_VECTORS)
 _DELTAS = (16, 1 << 20)
 _SPACING = 4 << 20        # between the stand-in pointers of the mapping setups
 _WORD = struct.Struct("<Q")
@@ -185,7 +188,7 @@ def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None
     def run_setup(pointers):
         params = cupy.zeros(compiled.constants["params_bytes"], dtype=cupy.uint8)
         block = plan._setup_arguments(pointers[:5], params.data.ptr, templates.data.ptr,
-                                      scales=pointers[5:] if scaled else (0, 0, 0))
+                                      scales=pointers[5:] if scaled else NO_VECTORS)
         plan.loaded.launch(device_id, (1, 1, 1), (block,), symbol=f"{compiled.symbol}_setup", threads=1,
                            shared_bytes=0)
         return params.get().tobytes()
@@ -216,11 +219,11 @@ def build_ahead(plan, problems) -> dict:
                 other = type(plan)(problem, kernel=plan.kernel)
                 if not other.direct:
                     continue
-                key = other._host_key(stand_in, (0, 0, 0))
+                key = other._host_key(stand_in, NO_VECTORS)
                 if template(key) is None:
                     wanted.append((other, key))
                 else:
-                    other.expect_host_params(stand_in, (0, 0, 0), template(key))
+                    other.expect_host_params(stand_in, NO_VECTORS, template(key))
                 made[problem.n] = other
             if wanted:
                 params = cupy.empty(slot * len(wanted), dtype=cupy.uint8)
@@ -229,7 +232,7 @@ def build_ahead(plan, problems) -> dict:
                 copy = Copy(params, stream)
                 for i, (other, key) in enumerate(wanted):
                     _keep(key, Template(copy, i * slot, nbytes))
-                    other.expect_host_params(stand_in, (0, 0, 0), template(key))
+                    other.expect_host_params(stand_in, NO_VECTORS, template(key))
     return made
 
 
