@@ -18,15 +18,23 @@ class _Stream:
 
 def _entry(monkeypatch, result="CUDA_SUCCESS"):
     driver = pytest.importorskip("cuda.bindings.driver")
-    entry = pdl.Entry(_Function(), (384, 1, 1), 200_000)
     seen = []
 
-    def launch(config, function, address, extra):
-        attrs = [a.id for a in config.attrs[:config.numAttrs]] if config.numAttrs else []
-        seen.append(((config.gridDimX, config.gridDimY, config.gridDimZ), int(config.hStream), attrs, address))
-        return (getattr(driver.CUresult, result),)
-    monkeypatch.setattr(entry, "_launch", launch)
-    return entry, seen, driver
+    def launch(config_address, function, address, extra):
+        config = pdl.LaunchConfig.from_address(config_address)   # the C struct the driver would read
+        attrs = [(config.attrs[i].id, config.attrs[i].value) for i in range(config.numAttrs)]
+        seen.append(((config.gridDimX, config.gridDimY, config.gridDimZ), config.hStream, attrs, address,
+                     (config.blockDimX, config.blockDimY, config.blockDimZ, config.sharedMemBytes), function))
+        return int(getattr(driver.CUresult, result))
+    monkeypatch.setattr(pdl, "_driver_launch", launch)
+    return pdl.Entry(_Function(), (384, 1, 1), 200_000), seen, driver
+
+
+def test_the_config_struct_has_cuda_h_layout():
+    # offsets of cuda.h's CUlaunchConfig / CUlaunchAttribute on x86-64
+    assert [pdl.LaunchConfig.hStream.offset, pdl.LaunchConfig.attrs.offset, pdl.LaunchConfig.numAttrs.offset,
+            ctypes.sizeof(pdl.LaunchConfig)] == [32, 40, 48, 56]
+    assert (pdl.LaunchAttribute.value.offset, ctypes.sizeof(pdl.LaunchAttribute)) == (8, 72)
 
 
 def test_only_programmatic_launches_carry_the_attribute(monkeypatch):
@@ -34,9 +42,11 @@ def test_only_programmatic_launches_carry_the_attribute(monkeypatch):
     params = pdl.kernel_params((ctypes.c_char * 64)(), pdl.NULL)
     entry((4, 2, 1), params, _Stream(0x77), programmatic=True)
     entry((8, 1, 1), params, _Stream(0x78), programmatic=False)
-    serialization = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    assert seen[0] == ((4, 2, 1), 0x77, [serialization] if pdl.ENABLED else [], ctypes.addressof(params))
-    assert seen[1] == ((8, 1, 1), 0x78, [], ctypes.addressof(params))
+    serialization = int(driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    block = (384, 1, 1, 200_000)
+    assert seen[0] == ((4, 2, 1), 0x77, [(serialization, 1)] if pdl.ENABLED else [], ctypes.addressof(params),
+                       block, _Function.ptr)
+    assert seen[1] == ((8, 1, 1), 0x78, [], ctypes.addressof(params), block, _Function.ptr)
     monkeypatch.setattr(pdl, "ENABLED", False)   # CUTLASS_SPARSE_PDL=0
     entry((4, 2, 1), params, _Stream(0x77), programmatic=True)
     assert seen[2][2] == []

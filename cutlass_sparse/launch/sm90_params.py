@@ -159,22 +159,21 @@ class HostParams:
     """A kernel's Params for one shape on the host, patched with a call's pointers into a
     record the GEMM entry takes by value (the driver copies kernel arguments at the launch:
     no device buffer, no host-to-device copy, and a graph capture keeps its own copy).
-    One buffer, written in place under a lock (plans are shared between threads)."""
+    The bytes as they arrived are never written: each record is a copy, patched (so
+    threads sharing a plan need no lock)."""
 
     def __init__(self, params_bytes: bytes, offsets: tuple[int | None, ...]):
-        self._block = bytearray(params_bytes)
+        self._block = params_bytes
         self._record = ctypes.c_char * len(params_bytes)
         self._words = [(offset, i) for i, offset in enumerate(offsets) if offset is not None]
-        self._lock = threading.Lock()
 
     def record(self, pointers: tuple[int, ...]) -> ctypes.Array:
         """Params with these pointers, as bytes of their own (launch.pdl passes
         their address)."""
-        block = self._block
-        with self._lock:
-            for offset, i in self._words:
-                _WORD.pack_into(block, offset, pointers[i])
-            return self._record.from_buffer_copy(block)
+        record = self._record.from_buffer_copy(self._block)
+        for offset, i in self._words:
+            _WORD.pack_into(record, offset, pointers[i])
+        return record
 
 
 def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None:
