@@ -1,8 +1,8 @@
 """Host copies of sm90 Params (launch.sm90_params): finding each pointer's word and
 patching a copy, against a stand-in for the device's setup (no GPU needed)."""
+import ctypes
 import struct
 
-import pytest
 
 from cutlass_sparse.launch import sm90_params
 
@@ -53,10 +53,10 @@ def test_patched_copy_equals_a_setup_with_those_pointers():
     offsets = sm90_params.find_pointer_map(run_setup, 5, 0x7F0000000000)
     host = sm90_params.HostParams(run_setup((0x1000, 0x2000, 0x3000, 0x4000, 0x5000)), offsets)
     sets = ((0x7F00DEAD0000, 0x7F00BEEF0000, 0x10, 0x20, 0x30), (0x40, 0x50, 0x60, 0x70, 0x80))
-    records = [host.record(new) for new in sets]
-    for new, record in zip(sets, records):
-        assert len(record) == len(run_setup(new))
-        assert bytes(record) == run_setup(new)
+    records = [host.record(new) for new in sets]   # (kernelParams address, the buffer holding it)
+    for new, (address, _) in zip(sets, records):
+        params = ctypes.c_void_p.from_address(address).value   # kernelParams[0]: the Params record
+        assert ctypes.string_at(params, len(run_setup(new))) == run_setup(new)
 
 
 def test_a_range_comes_back_in_one_copy():
@@ -115,8 +115,6 @@ def test_a_second_use_of_a_pointer_is_refused_even_among_leftovers():
 def test_kernel_params_point_at_the_arguments():
     """launch.pdl passes a GEMM's two arguments as an array of their addresses:
     the Params record (by value) and the from_device pointer (null for by-value Params)."""
-    import ctypes
-
     from cutlass_sparse.launch import pdl
 
     record = (ctypes.c_char * 64).from_buffer_copy(bytes(range(64)))
@@ -124,3 +122,15 @@ def test_kernel_params_point_at_the_arguments():
     assert len(params) == 2
     assert ctypes.string_at(params[0], 64) == bytes(range(64))
     assert ctypes.c_uint64.from_address(params[1]).value == 0
+
+
+def test_a_host_record_holds_its_own_kernel_params():
+    """HostParams.record: Params, a null from_device and the kernelParams array of their
+    two addresses, in one buffer of its own."""
+    arrived = bytes(range(100))
+    host = sm90_params.HostParams(arrived, (8, None, None, None, None))
+    address, record = host.record((0x1111, 0, 0, 0, 0))
+    params, from_device = (ctypes.c_void_p * 2).from_address(address)
+    assert params == ctypes.addressof(record) and params <= from_device < address < params + ctypes.sizeof(record)
+    assert ctypes.c_uint64.from_address(from_device).value == 0 and from_device % 8 == 0
+    assert ctypes.string_at(params, 100) == arrived[:8] + (0x1111).to_bytes(8, "little") + arrived[16:]

@@ -46,22 +46,22 @@ class Entry:
     """A remembered call: its plan and Problem, D's [M, N] and its torch dtype (found on
     the first torch call that allocates D)."""
 
-    __slots__ = ("plan", "problem", "out_shape", "torch_out")
+    __slots__ = ("plan", "problem", "out_shape", "torch_out", "_empty")
 
     def __init__(self, plan, problem):
         self.plan, self.problem = plan, problem
         self.out_shape = (problem.m, problem.n)
-        self.torch_out = None
+        self.torch_out = self._empty = None
 
     def new_out(self, device, transposed: bool = False):
         """A torch tensor for D: [M, N] row-major, or (transposed) [N, M], whose .T is D
         column-major."""
-        import torch
+        if self._empty is None:
+            import torch
 
-        if self.torch_out is None:
-            self.torch_out = torch_out_dtype(self.problem.element_out)
+            self.torch_out, self._empty = torch_out_dtype(self.problem.element_out), torch.empty
         m, n = self.out_shape
-        return torch.empty((n, m) if transposed else (m, n), dtype=self.torch_out, device=device)
+        return self._empty((n, m) if transposed else (m, n), dtype=self.torch_out, device=device)
 
 
 _torch_outs: dict[str, object] = {}   # output type name -> torch dtype
@@ -83,6 +83,9 @@ _generation = records.generation
 _ndarray = None
 
 
+_get_device = None
+
+
 def _array_type():
     global _ndarray
     if _ndarray is None:
@@ -90,6 +93,16 @@ def _array_type():
 
         _ndarray = cupy.ndarray
     return _ndarray
+
+
+def _current_device() -> int:
+    """The current CUDA device (CuPy's runtime call, found once)."""
+    global _get_device
+    if _get_device is None:
+        import cupy
+
+        _get_device = cupy.cuda.runtime.getDevice
+    return _get_device()
 
 
 def _head(sw):
@@ -138,7 +151,7 @@ _INT8, _INT32 = np.dtype(np.int8), np.dtype(np.int32)
 def _allocated_out(m: int, n: int, dtype, device: int, col: bool = False) -> tuple:
     """The key part of a D the library allocates with torch.empty (row-major [M, N], or
     col: [N, M] seen as its transpose): aligned, as every torch allocation is."""
-    out = _INT32 if dtype == _INT8 else dtype   # the default output type
+    out = _INT32 if dtype is _INT8 else dtype   # the default output type (NumPy's dtypes are singletons)
     item = out.itemsize
     return (m, n), ((item, m * item) if col else (n * item, item)), out, 0, device
 
@@ -312,11 +325,11 @@ def torch_run(entry: Entry, sw, x, out):
     """A torch call that hit `entry`, on torch's current stream: D into `out` (None: a
     torch [M, N] allocated here). A direct plan launches from the tensors' pointers;
     others run on CuPy views."""
-    import cupy
-
     plan, problem = entry.plan, entry.problem
     index = problem.device_id
-    if cupy.cuda.runtime.getDevice() != index:
+    if _current_device() != index:
+        import cupy
+
         with cupy.cuda.Device(index):
             return torch_run(entry, sw, x, out)
     if out is None:

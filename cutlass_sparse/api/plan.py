@@ -58,6 +58,7 @@ class Plan:
             options["c"], options["beta"] = self.c_bias, 1.0
         self.options = options
         self._ndarray = cupy.ndarray
+        self._get_device = cupy.cuda.runtime.getDevice
         self.info = {}
         self.example_out = matmul(sw, x, info=self.info, **options)
         self.x_key = (x.shape, x.dtype, x.strides, x.device.id)
@@ -111,28 +112,31 @@ class Plan:
                 return done
         return self._call(x, out)
 
+    def _torch_wanted(self) -> tuple:
+        """What a torch x and out must be for a direct call: the plan's x and out as
+        torch describes tensors (element strides), and the torch module."""
+        import torch
+
+        item = self.x_key[1].itemsize
+        self._torch_want = (self.x_key[0], tuple(s // item for s in self.x_key[2]), torch_dtype(self.x_key[1]),
+                            torch_dtype(self.np_out), tuple(s // self.np_out.itemsize for s in self.out_strides),
+                            self.x_key[3], torch, self._get_device)
+        return self._torch_want
+
     def _torch_call(self, x, out):
         """A direct call on torch tensors from their attributes and pointers, on torch's
         current stream; None when they do not fit the plan as they are (the general path
         says why or stages them)."""
-        import cupy
-        import torch
-
-        want = self._torch_want
-        if want is None:   # the plan's x and out as torch describes tensors (element strides)
-            item = self.x_key[1].itemsize
-            want = self._torch_want = (self.x_key[0], tuple(s // item for s in self.x_key[2]),
-                                       torch_dtype(self.x_key[1]), torch_dtype(self.np_out),
-                                       tuple(s // self.np_out.itemsize for s in self.out_strides))
-        shape, strides, dtype, out_dtype, out_strides = want
-        device = self.x_key[3]
-        if out_dtype is None or x.shape != shape or x.dtype != dtype or x.get_device() != device \
-                or x.stride() != strides or x.data_ptr() % self.align_x or cupy.cuda.runtime.getDevice() != device:
+        shape, strides, dtype, out_dtype, out_strides, device, torch, current_device = \
+            self._torch_want or self._torch_wanted()
+        if out_dtype is None or x.shape != shape or x.dtype != dtype or x.stride() != strides \
+                or x.get_device() != device or x.data_ptr() % self.align_x or current_device() != device:
             return None
         if out is None:
             out = torch.empty(self.out_shape, dtype=out_dtype, device=x.device)
-        elif not is_torch(out) or out.shape != self.out_shape or out.dtype != out_dtype \
-                or out.get_device() != device or out.stride() != out_strides or out.data_ptr() % self.align_out:
+        elif (type(out) is not type(x) and not is_torch(out)) or out.shape != self.out_shape \
+                or out.dtype != out_dtype or out.stride() != out_strides or out.get_device() != device \
+                or out.data_ptr() % self.align_out:
             return None
         self._launch(x.data_ptr(), out.data_ptr(), torch_stream(device))
         return out

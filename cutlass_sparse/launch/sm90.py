@@ -43,6 +43,7 @@ _NONCE = struct.Struct("<I")
 _nonces = itertools.count(1)
 _VECTORS = struct.Struct("<3Q")   # SETUP_SCALED's row_scales, column_scales and row_bias
 NO_VECTORS = sm90_params.NO_VECTORS   # the scaled epilogue's vectors, all absent
+_ABSENT = tuple(v == 0 for v in NO_VECTORS)
 # The tile scheduler's raster order: 0 lets CUTLASS choose (its heuristic), 1 along M,
 # 2 along N. A run-time argument of the setup entry.
 RASTER = 0
@@ -54,22 +55,18 @@ PARAMS_PER_PLAN = 64
 
 @dataclass(slots=True)
 class Ready:
-    """A built launch: the GEMM's kernelParams (the addresses of its two arguments: Params
-    by value, or a placeholder record and the setup entry's buffer), its grid, and its
-    workspace."""
+    """A built launch: the address of the GEMM's kernelParams (the addresses of its two
+    arguments: Params by value, or a placeholder record and the setup entry's buffer), its
+    grid, and its workspace. by_value: Params by value, so the GEMM reads no global memory
+    before it waits on the previous grid and may launch programmatically (launch.pdl)."""
 
-    arguments: ctypes.Array
+    arguments: int
     grid: tuple[int, int, int]
+    held: tuple                         # the ctypes objects `arguments` points into
+    by_value: bool = True
     workspace: object = None
     barrier: tuple[int, int] = (0, 0)   # (byte offset, bytes) to zero before each launch
     params: object = None               # the setup's device buffer, kept alive while used
-    held: tuple = ()                    # the ctypes objects `arguments` points into
-
-    @property
-    def by_value(self) -> bool:
-        """Params by value: the GEMM reads no global memory before it waits on the
-        previous grid, so it may launch programmatically (launch.pdl)."""
-        return self.params is None
 
 
 class Sm90Plan:
@@ -254,7 +251,8 @@ class Sm90Plan:
     @staticmethod
     def _nulls(pointers, scales) -> tuple:
         """Which pointers are null: part of what host Params are kept under (_host_key)."""
-        return (0 in pointers) and tuple(p == 0 for p in pointers), *(v == 0 for v in scales)
+        absent = _ABSENT if scales is NO_VECTORS else tuple(v == 0 for v in scales)
+        return ((0 in pointers) and tuple(p == 0 for p in pointers),) + absent
 
     def expect_host_params(self, pointers, scales, made) -> None:
         """Params for pointers like these are on their way to the host as `made` (a
@@ -274,9 +272,8 @@ class Sm90Plan:
             if params_bytes is None:
                 return None
             host = self._host_params[nulls] = sm90_params.HostParams(params_bytes, offsets)   # kept by the plan
-        record = host.record(pointers + tuple(scales))
-        return Ready(pdl.kernel_params(record, pdl.NULL), self._prepared(pointers).grid,
-                     held=(record,))
+        address, record = host.record(pointers + tuple(scales))
+        return Ready(address, self._prepared(pointers).grid, (record,))
 
     def _setup_block(self) -> bytearray:
         """The setup entry's argument block without its pointers (filled per build)."""
@@ -336,8 +333,9 @@ class Sm90Plan:
         if placeholder is None:   # the by-value argument the GEMM ignores when given a buffer
             placeholder = self._placeholder = (ctypes.c_char * self.compiled.constants["params_bytes"])()
         from_device = ctypes.c_uint64(params.data.ptr)
-        return Ready(pdl.kernel_params(placeholder, from_device), prepared.grid, workspace,
-                     (prepared.barrier_offset, prepared.barrier_bytes), params, (placeholder, from_device))
+        arguments = pdl.kernel_params(placeholder, from_device)
+        return Ready(ctypes.addressof(arguments), prepared.grid, (arguments, placeholder, from_device), False,
+                     workspace, (prepared.barrier_offset, prepared.barrier_bytes), params)
 
     def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)

@@ -159,21 +159,40 @@ class HostParams:
     """A kernel's Params for one shape on the host, patched with a call's pointers into a
     record the GEMM entry takes by value (the driver copies kernel arguments at the launch:
     no device buffer, no host-to-device copy, and a graph capture keeps its own copy).
-    The bytes as they arrived are never written: each record is a copy, patched (so
-    threads sharing a plan need no lock)."""
+
+    A record is one buffer: Params, the GEMM's second argument (from_device, null), and
+    the kernelParams array of the two arguments' addresses. The bytes as they arrived are
+    never written: each record is a copy, patched (threads sharing a plan need no lock)."""
 
     def __init__(self, params_bytes: bytes, offsets: tuple[int | None, ...]):
-        self._block = params_bytes
-        self._record = ctypes.c_char * len(params_bytes)
-        self._words = [(offset, i) for i, offset in enumerate(offsets) if offset is not None]
+        size = len(params_bytes)
+        self._null_at = -(-size // 8) * 8            # from_device, 8-byte aligned after Params
+        self._argv_at = self._null_at + 8
+        self._block = params_bytes + bytes(self._argv_at + _ARGV.size - size)
+        self._record = ctypes.c_char * len(self._block)
+        self._words = _words(offsets)
 
-    def record(self, pointers: tuple[int, ...]) -> ctypes.Array:
-        """Params with these pointers, as bytes of their own (launch.pdl passes
-        their address)."""
+    def record(self, pointers: tuple[int, ...]) -> tuple[int, ctypes.Array]:
+        """(kernelParams address, the record holding it) for Params with these pointers;
+        the record must outlive every launch that uses the address."""
         record = self._record.from_buffer_copy(self._block)
         for offset, i in self._words:
             _WORD.pack_into(record, offset, pointers[i])
-        return record
+        address = ctypes.addressof(record)
+        _ARGV.pack_into(record, self._argv_at, address, address + self._null_at)
+        return address + self._argv_at, record
+
+
+_ARGV = struct.Struct("<2Q")
+_word_lists: dict[tuple, list] = {}
+
+
+def _words(offsets: tuple[int | None, ...]) -> list[tuple[int, int]]:
+    """(offset, pointer index) of each mapped pointer (kept per map)."""
+    words = _word_lists.get(offsets)
+    if words is None:
+        words = _word_lists[offsets] = [(offset, i) for i, offset in enumerate(offsets) if offset is not None]
+    return words
 
 
 def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None:

@@ -39,7 +39,8 @@ def main():
     from cupy.cuda.function import CIntptr
 
     # CuPy's arguments: the Params record (or the placeholder) as a NumPy record, then the buffer pointer
-    args = (np.frombuffer(bytes(ready.held[0]), dtype=(np.void, len(ready.held[0]))),
+    size = compiled.constants["params_bytes"]   # the record's Params (kernelParams follow them)
+    args = (np.frombuffer(bytes(ready.held[0])[:size], dtype=(np.void, size)),
             CIntptr(0 if ready.params is None else ready.params.data.ptr))
 
     def via_cupy():
@@ -55,7 +56,7 @@ def main():
 
     cu_function = driver.CUfunction(function.ptr)
     cu_stream = driver.CUstream(stream.ptr)
-    params_address = ctypes.addressof(ready.arguments)
+    params_address = ready.arguments
     gx, gy, gz = grid
     tx = threads[0]
 
