@@ -160,13 +160,16 @@ def torch_sw():
 @pytest.mark.parametrize("n", [1, 7, 8, 64, 100])
 def test_torch_keys_equal_the_full_paths(torch_sw, n):
     """A torch call's key, made from the tensors without views, is the key cs.matmul makes
-    on CuPy views of what the full path ends up with: the out torch.empty gives, and for
-    cs.linear x.T and the D it allocates."""
+    on CuPy views of what the full path ends up with: the out torch.empty gives (or none,
+    where the library's D is padded), and for cs.linear x.T and the D it allocates."""
     torch, sw = torch_sw
     x = CudaLike(torch.zeros(K, n, dtype=torch.float16))
     allocated = CudaLike(torch.zeros(M, n, dtype=torch.float16))
-    assert eager.torch_key(sw, x, None, OPTIONS) == eager.torch_key(sw, x, allocated, OPTIONS) \
-        == fast_key(attrs((K, n), (n * 2, 2)), attrs((M, n), (n * 2, 2)))
+    if n % 8:   # the library's own D, padded to whole 16-byte rows, as a CuPy call without out keys it
+        assert eager.torch_key(sw, x, None, OPTIONS) == fast_key(attrs((K, n), (n * 2, 2)), None)
+    else:       # the [M, N] torch.empty gives
+        assert eager.torch_key(sw, x, None, OPTIONS) == fast_key(attrs((K, n), (n * 2, 2)), attrs((M, n), (n * 2, 2)))
+    assert eager.torch_key(sw, x, allocated, OPTIONS) == fast_key(attrs((K, n), (n * 2, 2)), attrs((M, n), (n * 2, 2)))
     assert eager.torch_key(sw, x, None, OPTIONS[:4] + ("f32",) + OPTIONS[5:]) is None   # allocated first
     tokens = CudaLike(torch.zeros(n, K, dtype=torch.float16), offset=2)
     key, col = eager.linear_key(tokens, sw, OPTIONS)

@@ -49,6 +49,7 @@ def test_plan_in_a_cuda_graph(family, warm):
     p = cs.plan(sw, x, activation="gelu")
     assert p.direct
     out = cupy.zeros((m, n), dtype=cupy.float16)
+    cupy.cuda.Device().synchronize()   # x and out were filled on the default stream, which S does not wait for
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         if warm:   # sm90: Params for (x, out) built before capture, so the graph holds the GEMM alone
@@ -75,6 +76,7 @@ def test_plan_of_a_k64_tile_captured_from_its_first_call():
     p = cs.plan(sw, x)
     assert p.direct and p.family_plan.atom_k == 64 and sw.atom_k == 128 and sw.holds_metadata_for(64)
     out = cupy.zeros((m, n), dtype=cupy.float16)
+    cupy.cuda.Device().synchronize()   # x and out were filled on the default stream, which S does not wait for
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()

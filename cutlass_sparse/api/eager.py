@@ -55,12 +55,15 @@ class Entry:
 
     def new_out(self, device, transposed: bool = False):
         """A torch tensor for D: [M, N] row-major, or (transposed) [N, M], whose .T is D
-        column-major."""
+        column-major; for a Problem whose D the library allocates (out None), [M, N] in
+        rows of the plan's leading dimension."""
         if self._empty is None:
             import torch
 
             self.torch_out, self._empty = torch_out_dtype(self.problem.element_out), torch.empty
         m, n = self.out_shape
+        if self.problem.out is None and self.plan.ldd != n:
+            return self._empty((m, self.plan.ldd), dtype=self.torch_out, device=device)[:, :n]
         return self._empty((n, m) if transposed else (m, n), dtype=self.torch_out, device=device)
 
 
@@ -168,11 +171,20 @@ def torch_key(sw, x, out, options: tuple) -> tuple | None:
         out_attrs = torch_attrs(out)
         if out_attrs is None:
             return None
-    elif options[_OUT_DTYPE] is None:
-        out_attrs = _allocated_out(head[0][0], x_attrs[0][1], x_attrs[2], x_attrs[4])
-    else:
+    elif options[_OUT_DTYPE] is not None:
         return None
+    elif padded_out(head[2], x_attrs[0][1], x_attrs[2].itemsize):
+        out_attrs = None   # the library's own padded D, as a CuPy call without out keys it
+    else:
+        out_attrs = _allocated_out(head[0][0], x_attrs[0][1], x_attrs[2], x_attrs[4])
     return (*head, *x_attrs, options, out_attrs, None)
+
+
+def padded_out(layout: str, n: int, item: int) -> bool:
+    """Whether the [M, N] D the library allocates for a call has a padded leading
+    dimension: sm90 with N not in whole 16-byte vectors of the inputs (the kernel runs N
+    rounded up; launch.sm90). Returned as an [M, N] view: nothing is copied."""
+    return layout == "sm90" and (n * item) % 16 != 0
 
 
 def linear_key(x, sw, options: tuple) -> tuple[tuple, bool] | None:

@@ -22,6 +22,8 @@ def _torch_out(sw, x, *, out_dtype=None, tokens_major=False, **_):
 
     if not (isinstance(sw, SparseMatrix) and is_torch(x) and x.is_cuda and x.dim() == 2):
         return None
+    if out_dtype is None and not tokens_major and eager.padded_out(sw.layout, x.shape[1], x.element_size()):
+        return None   # the library's padded D, handed over as an [M, N] view (api.eager.padded_out)
     if out_dtype is None:
         dtype = torch.int32 if x.dtype == torch.int8 else x.dtype
     else:

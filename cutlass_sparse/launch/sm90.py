@@ -205,8 +205,10 @@ class Sm90Plan:
     def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """run() from the caller's pointers, x and D laid out as the Problem says (C
         unread), on `stream` (default: the current one): x copied into an aligned buffer,
-        D written to one and copied out, as the plan stages them. The buffers come from
-        the stream's pool, so a repeated call gets the same ones and finds its Params built."""
+        D written to one and copied out, as the plan stages them. Where the Problem has no
+        out (the library allocates D), d_ptr is D in rows of the plan's leading dimension,
+        written in place. The buffers come from the stream's pool, so a repeated call gets
+        the same ones and finds its Params built."""
         import cupy
 
         stream = stream or cupy.cuda.get_current_stream()
@@ -220,11 +222,11 @@ class Sm90Plan:
                 copy_lines(x_buffer.data.ptr, k.x.ld * item, x_ptr, p.x.ld * item, width, lines)
                 x_ptr = x_buffer.data.ptr
             kernel_d = d_ptr
-            if self.stage_out:
+            if self.stage_out and p.out is not None:
                 d_buffer = cupy.empty((p.m if d_row else self.n_k) * self.ldd * out_item, dtype=cupy.uint8)
                 kernel_d = d_buffer.data.ptr
             self.launch(self.ready(sw, (x_ptr, kernel_d, kernel_d), None, stream, scales), stream)
-            if self.stage_out:
+            if kernel_d != d_ptr:
                 lines, width = (p.m, p.n * out_item) if d_row else (p.n, p.m * out_item)
                 copy_lines(d_ptr, p.out.ld * out_item, kernel_d, self.ldd * out_item, width, lines)
 
