@@ -36,6 +36,10 @@ def test_plan_matches_matmul_and_checks_inputs(family):
     if p.direct:   # a direct plan checks x against what it was made for
         with pytest.raises(ValueError, match="make another plan"):
             p(cupy.asfortranarray(x))
+    # an out of the planned strides but another shape or dtype is never written past its end
+    for wrong in (cupy.empty((m - 1, n), dtype=cupy.float16), cupy.empty((m, n), dtype=cupy.int16)):
+        with pytest.raises((ValueError, TypeError), match="out"):
+            p(x, out=wrong)
 
 
 @pytest.mark.parametrize("family,warm", [("sm80", False), ("sm90", False), ("sm90", True)])

@@ -105,6 +105,14 @@ class Plan:
 
     def __call__(self, x, out=None):
         if type(x) is self._ndarray and (out is None or type(out) is self._ndarray):
+            if self.direct and out is not None:   # the common planned call, checked inline
+                data, out_data = x.data, out.data
+                x_ptr, out_ptr = data.ptr, out_data.ptr
+                if (x.shape, x.dtype, x.strides, data.device_id) == self.x_key and out.strides == self.out_strides \
+                        and out.dtype == self.np_out and out.shape == self.out_shape \
+                        and out_data.device_id == self.x_key[3] and not (x_ptr % self.align_x or out_ptr % self.align_out):
+                    self._launch(x_ptr, out_ptr)
+                    return out
             return self._cupy_call(x, out)   # no torch operand: nothing to convert
         if self.direct and is_torch(x):
             done = self._torch_call(x, out)
@@ -156,9 +164,11 @@ class Plan:
         if out is None:
             with cupy.cuda.Device(self.x_key[3]):
                 out = cupy.empty(self.out_shape, dtype=self.np_out)
-        elif not (isinstance(out, cupy.ndarray) and out.strides == self.out_strides
+        elif not (isinstance(out, cupy.ndarray) and out.shape == self.out_shape and out.dtype == self.np_out
+                  and out.strides == self.out_strides and out.data.device_id == self.x_key[3]
                   and out.data.ptr % self.align_out == 0):
-            # an out of other strides or alignment: cs.matmul checks it and stages what it must
+            # an out of other strides or alignment: cs.matmul checks it (naming what is wrong
+            # with it) and stages what it must
             return matmul(self.sw, x, out=out, **self.options)
         if x.data.ptr % self.align_x:   # an offset view of the planned shape: staged by cs.matmul
             return matmul(self.sw, x, out=out, **self.options)

@@ -43,8 +43,21 @@ def warm_up(sw, xs):
     time.sleep(0.05)
 
 
-def loop(sw, xs):
+def spin(ms: float) -> None:
+    """Keep the GPU busy for about `ms` on torch's current stream (so launches queue up)."""
+    import cupy
+
+    from cutlass_sparse import reference
+
+    kernel = cupy.RawKernel(reference._SPIN_SOURCE, "cutlass_sparse_spin")
+    rate_khz = cupy.cuda.runtime.getDeviceProperties(0)["clockRate"]
+    kernel((1,), (1,), (cupy.int64(int(ms * rate_khz)),))
+
+
+def loop(sw, xs, busy: bool = False):
     times = []
+    if busy:
+        spin(40.0)
     for n in range(2, 513):
         start = time.perf_counter()
         cs.linear(xs[n], sw)
@@ -63,13 +76,13 @@ def main():
     for n in xs:   # torch's allocator has seen every output size
         torch.empty((n, 4096), device="cuda", dtype=torch.float16)
     counted("_build"), counted("_from_host")
-    print("cs.linear, new N 2..512 (median host us per call), three rounds:")
-    for name in ("round 1", "round 2", "round 3"):
+    print("cs.linear, new N 2..512 (median host us per call), the GPU idle or busy (a spin kernel ahead):")
+    for name in ("idle", "busy") * 2:
         reset()
         warm_up(sw, xs)
         for key in counts:
             counts[key] = 0
-        median = loop(sw, xs)
+        median = loop(sw, xs, busy=name == "busy")
         print(f"  {name:14s} {median:7.1f}   setup launches {counts['_build']}, host copies {counts['_from_host']}")
         for n in (3, 97, 500):
             ref = xs[n].float() @ w.float().T
@@ -78,6 +91,7 @@ def main():
 
     reset()
     warm_up(sw, xs)
+    spin(40.0)   # the steps with the GPU busy, as in scripts/bench_eager.py
     options = api_matmul._activation_options("identity")
     steps = {name: [] for name in ("linear_key", "lookup", "new_out", "torch_stream", "ready key", "template",
                                    "arrived", "HostParams", "record", "Ready", "keep",
