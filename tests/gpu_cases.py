@@ -238,11 +238,18 @@ def quantized_problems(sm_count: int = 132, bench: bool = False, element: str = 
     cases += [((256, 16, 224), "bf16", "identity")]   # test_gpu_fp8's K = 200, padded to 224
     if bench:
         cases += [(shape, OUT[element], "identity") for shape in FP8_SHAPES + LLM_SHAPES]
-    return [dataclasses.replace(
+    problems = [dataclasses.replace(
         Problem.contiguous("sm90", m, n, k, element=element, element_out=out, layout_b="col", out_layout="col",
                            sm_count=sm_count),
         epilogue=Epilogue(activation=activation, scales="none" if out == "s32" else "row_col"))
         for (m, n, k), out, activation in cases]
+    if element == "e4m3":   # e5m2 activations (test_gpu_fp8's e5m2 tests, the torch one at 512x64x512)
+        problems += [dataclasses.replace(
+            Problem.contiguous("sm90", m, n, k, element=element, element_out="bf16", layout_b="col",
+                               out_layout="col", sm_count=sm_count),
+            epilogue=Epilogue(scales="row_col"), element_x="e5m2")
+            for m, n, k in test.E5M2_CASES + [(512, 64, 512)]]
+    return problems
 
 
 def selection_config(m, n, k, dtype, family, sm_count):

@@ -39,3 +39,23 @@ def test_linear_fp8_refuses_a_weight_that_is_not_fp8():
                          "sm90")
     with pytest.raises(TypeError, match="fp8 SparseMatrix from cs.quantize_fp8"):
         cs.linear_fp8(None, None, sw)
+
+
+def test_e5m2_activations_plan_the_mixed_kernel():
+    """An e4m3 weight with e5m2 activations: the same tile as e4m3 activations, B read as
+    e5m2 (its own kernel, name and cache key); a config's B type must be one CUTLASS's
+    sparse wgmma pairs with A's."""
+    problem = Problem.contiguous("sm90", 4096, 16, 4096, element="e4m3", element_out="bf16", layout_b="col",
+                                 out_layout="col")
+    problem = dataclasses.replace(problem, epilogue=Epilogue(scales="row_col"))
+    mixed = dataclasses.replace(problem, element_x="e5m2")
+    plans.clear()
+    with mock.patch.object(kernels, "get", stand_in):
+        same, other = plans.make(problem).config, plans.make(mixed).config
+    plans.clear()
+    assert other.b_element == "e5m2" and other.tensor_b.element.name == "e5m2" and same.element_b == ""
+    assert dataclasses.replace(other, element_b="") == same
+    assert "_e4m3_e5m2_" in other.name and "_e4m3_e4m3_" in same.name and other.key != same.key
+    for bad in ("e4m3", "f16", "s8"):
+        with pytest.raises(ValueError, match="element_b"):
+            dataclasses.replace(same, element_b=bad)

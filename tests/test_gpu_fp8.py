@@ -204,3 +204,55 @@ def test_k_not_a_multiple_of_16(element):
     y = linear(xq, x_scales, sw)
     ref = decode(xq, element, x_scales[:, None]) @ decode(wq, element, w_scales).T
     assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]
+
+
+# e5m2 activations beside an e4m3 weight: x keeps 2 mantissa bits (a relative rounding
+# error of up to 2^-3 per element), so the product is further from the unquantized one
+# than with e4m3 x; against the dequantized operands' product the tolerance is the
+# output's, as above.
+E5M2_CASES = [(512, 256, 1024), (4096, 7, 4096), (4096, 512, 4096)]
+
+
+@pytest.mark.parametrize("shape", E5M2_CASES, ids=lambda s: "x".join(map(str, s)))
+def test_e5m2_activations_beside_an_e4m3_weight(shape):
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import decode, quantize_e4m3
+
+    m, n, k = shape
+    w = weight(m, k, seed=m + n + 1)
+    sw = cs.quantize_fp8(w)
+    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
+    x = cupy.random.default_rng(n + 1).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
+    xq, x_scales = cs.quantize_activations_fp8(x, "e5m2")
+    info = {}
+    y = cs.linear_fp8(xq, x_scales, sw, x_element="e5m2", info=info)
+    assert "_e4m3_e5m2_" in info["config"]
+    ref = decode(xq, "e5m2", x_scales[:, None]) @ decode(w_bytes, "e4m3", sw.scales[:, None]).T
+    assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]
+    assert reference.relative_error(ref, reference.to_float32(x) @ reference.to_float32(w).T) < 0.15
+    # the same bytes read as e4m3 are other numbers: the kernel reads B as e5m2
+    as_e4m3 = cs.linear_fp8(xq, x_scales, sw)
+    assert reference.relative_error(as_e4m3, ref) > 0.5
+
+
+def test_e5m2_torch_tensors_are_read_as_e5m2():
+    torch = pytest.importorskip("torch")
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import decode, quantize_e4m3
+
+    m, n, k = 512, 64, 512
+    w = cs.prune_2to4(torch.randn(m, k, device="cuda", dtype=torch.float16) * 0.05)
+    sw = cs.quantize_fp8(w)
+    xq, x_scales = cs.quantize_activations_fp8(torch.randn(n, k, device="cuda", dtype=torch.float16), "e5m2")
+    assert xq.dtype == torch.float8_e5m2
+    y = cs.linear_fp8(xq, x_scales, sw)   # the tensor's dtype says e5m2
+    w_bytes, w_scales = quantize_e4m3(cupy.from_dlpack(w.float()), axis=1)
+    ref = decode(cupy.from_dlpack(xq.view(torch.uint8)), "e5m2", cupy.from_dlpack(x_scales)[:, None]) @ \
+        decode(w_bytes, "e4m3", w_scales).T
+    assert reference.relative_error(cupy.from_dlpack(y.float()), ref) <= TOLERANCE["bf16"]
+    with pytest.raises(TypeError, match="holds e5m2 values, but x_element is 'e4m3'"):
+        cs.linear_fp8(xq, x_scales, sw, x_element="e4m3")

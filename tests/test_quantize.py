@@ -64,5 +64,22 @@ def test_int8_round_trip_is_within_half_a_step():
 def test_unknown_element_is_refused():
     from cutlass_sparse.formats.quantize import quantize
 
-    with pytest.raises(ValueError, match="element 'e5m2' must be one of"):
-        quantize(np.ones((2, 2), dtype=np.float32), "e5m2")
+    with pytest.raises(ValueError, match="element 'e3m4' must be one of"):
+        quantize(np.ones((2, 2), dtype=np.float32), "e3m4")
+
+
+def test_e5m2_round_trip_is_within_its_precision():
+    """e5m2 (activations beside an e4m3 weight): 2 mantissa bits, a relative rounding error
+    of at most 2^-3 in the normal range; the largest magnitude maps onto 57344."""
+    from cutlass_sparse.formats.quantize import E5M2_MAX, decode, quantize
+
+    rng = np.random.default_rng(2)
+    values = (rng.standard_normal((16, 64)) * rng.uniform(0.01, 100, (16, 1))).astype(np.float32)
+    quantized, scales = quantize(values, "e5m2", axis=1)
+    assert quantized.dtype == np.uint8 and scales.shape == (16, 1)
+    back = decode(quantized, "e5m2", scales)
+    normal = np.abs(values / scales) >= 2.0 ** -14
+    np.testing.assert_array_less(np.abs(back - values)[normal], (2.0 ** -3) * np.abs(values)[normal] + 1e-30)
+    assert np.abs(decode(quantized, "e5m2")).max() == E5M2_MAX == 57344.0
+    np.testing.assert_array_equal(quantized.view(ml_dtypes.float8_e5m2).astype(np.float32),
+                                  decode(quantized, "e5m2"))

@@ -84,6 +84,9 @@ def test_e4m3_compressor_compiles_and_8_bit_x_must_be_k_major(shared_cache_path)
     fp8 = catalog.load("sm90_fp8")
     config = fp8.config(fp8.tiles[0], "e4m3", "bf16", "col", 16, 8)   # 128x256x128, 2x1 cluster
     assert "cutlass::float_e4m3_t" in emit(config).source and config.atom_k == 128
+    # e5m2 activations: B's type in the emitted kernel (compiled and checked on the GPU)
+    mixed = emit(fp8.config(fp8.tiles[0], "e4m3", "bf16", "col", 16, 8, "e5m2")).source
+    assert "using ElementA = cutlass::float_e4m3_t;" in mixed and "using ElementB = cutlass::float_e5m2_t;" in mixed
     with pytest.raises(ValueError, match="K-major only"):
         dataclasses.replace(config, layout_b="row")
 

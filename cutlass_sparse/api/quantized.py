@@ -6,15 +6,18 @@ a Linear layer whose kernel applies both scales in its epilogue:
     xq, x_scales = cs.quantize_activations_fp8(x)  # x [tokens, K] -> e4m3 bytes, scales [tokens]
     y = cs.linear_fp8(xq, x_scales, sw)            # [tokens, features] bf16 = act(x @ w.T)
 
-and the same with quantize_int8 / quantize_activations_int8 / linear_int8. The output
+and the same with quantize_int8 / quantize_activations_int8 / linear_int8. fp8
+activations may also be e5m2 (cs.quantize_activations_fp8(x, "e5m2"): a wider range, two
+mantissa bits) beside the e4m3 weight; CUTLASS's sparse wgmma takes the pair. The output
 may also be 8-bit for a following quantized layer (e4m3 from fp8, int8 from int8:
 requantized, y / out_scale, rounded and saturated), or for int8 int32 (the raw
 accumulator xq @ wq.T, exact, no scales).
 
 Checked on the H100 against the dequantized operands' product (tests/test_gpu_fp8.py,
 tests/test_gpu_int8.py, scripts/device/sweep_8bit.py). fp8 kernels accumulate with
-CUTLASS's fast-accumulation schedules (catalog sm90_fp8); int8 in int32 (sm90_s8). e4m3
-data travels as uint8 bytes (or torch.float8_e4m3fn tensors). CuPy input is quantized on
+CUTLASS's fast-accumulation schedules (catalog sm90_fp8); int8 in int32 (sm90_s8). fp8
+data travels as uint8 bytes (or torch.float8_e4m3fn / float8_e5m2 tensors, ml_dtypes
+arrays; bytes are e4m3 unless x_element="e5m2" says otherwise). CuPy input is quantized on
 the host (round to nearest even), torch input on the GPU with torch's own rounding.
 """
 from __future__ import annotations
@@ -38,31 +41,44 @@ _NAMES = {"e4m3": "fp8", "s8": "int8"}
 
 
 def _torch_dtype(element: str):
-    """The torch dtype of an element: interop's map, and e4m3 here (interop leaves fp8
+    """The torch dtype of an element: interop's map, and fp8 here (interop leaves fp8
     out, so cs.matmul's torch path does not take it)."""
     import torch
 
-    return torch.float8_e4m3fn if element == "e4m3" else torch_dtype(dtypes.numpy_dtype(element))
+    fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+    return fp8[element] if element in fp8 else torch_dtype(dtypes.numpy_dtype(element))
 
 
-def _data(x, element: str, what: str):
-    """A CuPy view of 8-bit data: e4m3 as uint8 bytes (uint8 or ml_dtypes.float8_e4m3fn
-    arrays, torch float8_e4m3fn or uint8 tensors), int8 as int8."""
+def _data(x, element: str, what: str, x_element: str | None = None):
+    """(a CuPy view of 8-bit data, its element) for a weight of `element`: fp8 as uint8
+    bytes (uint8 or ml_dtypes fp8 arrays, torch fp8 or uint8 tensors; e4m3, or e5m2 beside
+    an e4m3 weight; bytes are x_element, default the weight's), int8 as int8."""
+    allowed = dtypes.X_ELEMENTS.get(element, (element,))
+    if x_element is not None and x_element not in allowed:
+        raise ValueError(f"x_element {x_element!r}: an {element} weight takes {what} of {allowed}")
     if is_torch(x):
         import torch
 
-        if element == "e4m3" and x.dtype in (torch.float8_e4m3fn, torch.uint8):
-            return to_array(x.view(torch.uint8))
-        if element == "s8" and x.dtype == torch.int8:
-            return to_array(x)
-        raise TypeError(f"{what} must be a {_torch_dtype(element)} tensor, got {x.dtype}")
+        found = {_torch_dtype(e): e for e in allowed}.get(x.dtype)
+        if found is None and element != "s8" and x.dtype == torch.uint8:
+            found = x_element or element
+        if found is None:
+            raise TypeError(f"{what} must be a tensor of {[str(_torch_dtype(e)) for e in allowed]}, got {x.dtype}")
+        return to_array(x.view(torch.uint8) if found != "s8" else x), _matching(found, x_element, what)
     array = operands.as_device_array(x, what)
-    if element == "e4m3" and array.dtype in (np.uint8, dtypes.float8_e4m3):
-        return array.view(np.uint8)
-    if element == "s8" and array.dtype == np.int8:
-        return array
-    wanted = "e4m3 bytes (uint8 or ml_dtypes.float8_e4m3fn)" if element == "e4m3" else "int8"
-    raise TypeError(f"{what} must hold {wanted}, got {array.dtype}")
+    found = {dtypes.numpy_dtype(e): e for e in allowed}.get(array.dtype)
+    if found is None and element != "s8" and array.dtype == np.uint8:
+        found = x_element or element
+    if found is None:
+        wanted = f"{'/'.join(allowed)} bytes (uint8 or ml_dtypes' fp8)" if element != "s8" else "int8"
+        raise TypeError(f"{what} must hold {wanted}, got {array.dtype}")
+    return (array if found == "s8" else array.view(np.uint8)), _matching(found, x_element, what)
+
+
+def _matching(found: str, x_element: str | None, what: str) -> str:
+    if x_element is not None and x_element != found:
+        raise TypeError(f"{what} holds {found} values, but x_element is {x_element!r}")
+    return found
 
 
 def quantize_weight(w, element: str) -> SparseMatrix:
@@ -116,8 +132,8 @@ def quantize_activations(x, element: str):
 
 
 def _storage(element: str) -> np.dtype:
-    """The CuPy dtype an element is held in: e4m3 as its uint8 bytes (CuPy has no fp8)."""
-    return np.dtype(np.uint8) if element == "e4m3" else dtypes.numpy_dtype(element)
+    """The CuPy dtype an element is held in: fp8 as its uint8 bytes (CuPy has no fp8)."""
+    return np.dtype(np.uint8) if element in ("e4m3", "e5m2") else dtypes.numpy_dtype(element)
 
 
 def _out_array(out, n: int, m: int, out_dtype: str):
@@ -137,13 +153,15 @@ def _out_array(out, n: int, m: int, out_dtype: str):
 
 
 def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: str = "identity",
-                     out_dtype: str | None = None, out_scale: float = 1.0, out=None, info: dict | None = None):
+                     out_dtype: str | None = None, out_scale: float = 1.0, out=None, info: dict | None = None,
+                     x_element: str | None = None):
     """activation(dequant(xq) @ dequant(sw).T + bias) / out_scale: [tokens, features] of
     out_dtype, one launch; an int32 out_dtype is the raw xq @ wq.T (no scales, no bias,
     x_scales may be None).
 
-    xq: 8-bit [tokens, K] of sw's type (row-major is read in place; another view is copied
-    once); x_scales: float32 [tokens], or one number for the whole tensor (folded into the
+    xq: 8-bit [tokens, K] of sw's type, or e5m2 beside an e4m3 weight (row-major is read in
+    place; another view is copied once; uint8 bytes are read as x_element, default sw's
+    type); x_scales: float32 [tokens], or one number for the whole tensor (folded into the
     epilogue's scalar); bias: [features] (float32 is read in place, another float type is
     converted on each call). The kernel computes D = act(s_w[f] * s_x[t] * acc + bias[f]) /
     out_scale as [features, tokens] column-major, which is the [tokens, features] result in place (staged
@@ -166,7 +184,7 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
     if not (np.isfinite(out_scale) and out_scale > 0):
         raise ValueError(f"out_scale must be a positive finite number, got {out_scale!r}")
     torch_in = is_torch(xq)
-    x = _data(xq, element, "xq")
+    x, x_element = _data(xq, element, "xq", x_element)
     m, k = sw.shape
     if x.ndim != 2 or x.shape[1] != k or 0 in x.shape:
         raise ValueError(f"xq must be a [tokens, {k}] array with tokens >= 1, got shape {tuple(x.shape)}")
@@ -211,7 +229,7 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
                           Operand("col", m, alignment_class(d_ptr)), None,
                           Epilogue(alpha=alpha, activation=activation, scales="none" if raw else "row_col",
                                    out_scale=out_scale),
-                          None, None, device_id, arch, sm_count)
+                          None, None, device_id, arch, sm_count, "" if x_element == element else x_element)
         plan = plans.get(problem)
         if info is not None:
             info["config"] = plan.config.name
@@ -246,9 +264,12 @@ def quantize_int8(w) -> SparseMatrix:
     return quantize_weight(w, "s8")
 
 
-def quantize_activations_fp8(x):
-    """quantize_activations(x, "e4m3"): (e4m3 bytes or float8_e4m3fn tensor, scales)."""
-    return quantize_activations(x, "e4m3")
+def quantize_activations_fp8(x, element: str = "e4m3"):
+    """quantize_activations(x, element): (fp8 bytes or a torch fp8 tensor, scales), e4m3 or
+    e5m2 (a wider range and two mantissa bits, for an e4m3 weight's cs.linear_fp8)."""
+    if element not in ("e4m3", "e5m2"):
+        raise ValueError(f"element {element!r} must be 'e4m3' or 'e5m2'")
+    return quantize_activations(x, element)
 
 
 def quantize_activations_int8(x):

@@ -93,9 +93,15 @@ class SparseGemmConfig:
     # K block's partial sums into a second fp32 accumulator: twice the accumulator
     # registers, which spills at 64x256 per warpgroup and halved the speed on the H100.
     fast_accum: bool = False
+    # B's type where it is not A's ("": the same): sm90 e4m3 weights with e5m2 activations
+    element_b: str = ""
 
     def __post_init__(self):
         checks = [
+            (self.element_b == "" or (self.family == "sm90" and self.element_b != self.element
+                                       and self.element_b in dtypes.X_ELEMENTS.get(self.element, ())),
+             f"element_b {self.element_b!r}: '' (B of A's type) or, for an sm90 {self.element} A, another of "
+             f"{dtypes.X_ELEMENTS.get(self.element, (self.element,))}"),
             (self.element in (dtypes.SM90_KERNEL_INPUT_NAMES if self.family == "sm90" else dtypes.SM80_INPUT_NAMES),
              f"element {self.element!r}: family {self.family} takes "
              f"{dtypes.SM90_KERNEL_INPUT_NAMES if self.family == 'sm90' else dtypes.SM80_INPUT_NAMES}"),
@@ -147,7 +153,7 @@ class SparseGemmConfig:
     def math_instruction(self) -> MathInstruction:
         opcode = OpcodeClass.SparseTensorOp if self.is_3x else OpcodeClass.TensorOp
         return MathInstruction(list(self.instruction), dtypes.data_type(self.element),
-                               dtypes.data_type(self.element), dtypes.data_type(self.accumulator),
+                               dtypes.data_type(self.b_element), dtypes.data_type(self.accumulator),
                                opcode, MathOperation.multiply_add_saturate if self.element == "s8"
                                else MathOperation.multiply_add)
 
@@ -168,8 +174,13 @@ class SparseGemmConfig:
         return TensorDescription(DataType.u16, LayoutType.ColumnMajorInterleaved2, 8)
 
     @property
+    def b_element(self) -> str:
+        """B's element type (x's): element_b, or A's."""
+        return self.element_b or self.element
+
+    @property
     def tensor_b(self) -> TensorDescription:
-        return TensorDescription(dtypes.data_type(self.element), LAYOUTS[self.layout_b], self.alignment_b)
+        return TensorDescription(dtypes.data_type(self.b_element), LAYOUTS[self.layout_b], self.alignment_b)
 
     @property
     def tensor_c(self) -> TensorDescription:
@@ -225,7 +236,7 @@ class SparseGemmConfig:
     def key(self) -> str:
         """Stable short hash of every field."""
         fields = asdict(self)
-        for field, default in (("scales", "none"), ("fast_accum", False)):
+        for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", "")):
             if fields[field] == default:   # keys made before the field existed stay valid
                 del fields[field]
         blob = json.dumps(fields, sort_keys=True)

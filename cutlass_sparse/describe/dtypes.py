@@ -7,6 +7,7 @@ from cutlass_library.library import DataType, DataTypeTag
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 
 _BY_NAME = {
     "f16": (np.dtype(np.float16), DataType.f16),
@@ -16,6 +17,7 @@ _BY_NAME = {
     "s32": (np.dtype(np.int32), DataType.s32),
     "tf32": (np.dtype(np.float32), DataType.tf32),   # float32 operands, read by tf32 tensor cores
     "e4m3": (float8_e4m3, DataType.e4m3),
+    "e5m2": (float8_e5m2, DataType.e5m2),   # fp8 activations only (beside an e4m3 weight)
 }
 _NAME_BY_DTYPE = {dtype: name for name, (dtype, _) in _BY_NAME.items() if name != "tf32"}
 
@@ -29,6 +31,9 @@ INTEGER_NAMES = ("s8", "s32")
 SM90_KERNEL_INPUT_NAMES = ("f16", "bf16", "e4m3", "s8")
 EIGHT_BIT_NAMES = ("e4m3", "s8")
 FP8_NAMES = ("e4m3",)
+# What x may be beside a weight of each type, where it may differ (sm90 fp8: CUTLASS's
+# sparse wgmma takes e4m3 x e5m2; a wider-range activation type with a precise weight).
+X_ELEMENTS = {"e4m3": ("e4m3", "e5m2")}
 
 
 def array_module(array):

@@ -79,6 +79,7 @@ class Problem:
     device_id: int
     arch: str                    # the device's, e.g. "sm_90"
     sm_count: int
+    element_x: str = ""          # B's type where it is not A's ("": the same; sm90 e4m3 x e5m2)
 
     def with_(self, **changes) -> "Problem":
         """This Problem with some fields replaced: dataclasses.replace without its field
@@ -92,6 +93,11 @@ class Problem:
     @property
     def layout_b(self) -> str:
         return self.x.layout
+
+    @property
+    def x_element(self) -> str:
+        """x's (B's) element type: element_x, or A's."""
+        return self.element_x or self.element
 
     @property
     def split(self) -> Split:

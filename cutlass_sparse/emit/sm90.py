@@ -95,7 +95,7 @@ ${after_includes}
 using namespace cute;${fusion_decl}
 
 using ElementA = ${element};
-using ElementB = ${element};
+using ElementB = ${element_b};
 using ElementC = ${element_c};
 using TileShape = Shape<_${tm}, _${tn}, _${tk}>;
 using ClusterShape = Shape<_${cm}, _${cn}, _${ck}>;
@@ -253,6 +253,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "name": config.name,
         "gdc": GDC,
         "element": DataTypeTag[config.tensor_a.element],
+        "element_b": DataTypeTag[config.tensor_b.element],
         "element_c": DataTypeTag[config.tensor_c.element],
         "accumulator": DataTypeTag[config.math_instruction.element_accumulator],
         "compute": epilogue.compute_type(config.element_out),

@@ -104,8 +104,9 @@ class Sm90Plan:
         else:
             self.config, self.scheduling, self.compiled, self.loaded = kernel
             kind = self.config
-            if (kind.element, kind.element_out, kind.layout_b, kind.layout_c, kind.activation, kind.scales) != (
-                    p.element, p.element_out, p.layout_b, layout_c, p.activation, p.epilogue.scales):
+            if (kind.element, kind.b_element, kind.element_out, kind.layout_b, kind.layout_c, kind.activation,
+                    kind.scales) != (p.element, p.x_element, p.element_out, p.layout_b, layout_c, p.activation,
+                                     p.epilogue.scales):
                 raise AssertionError(f"{kind.name} cannot run {p}: plans.range_key misses what tells them apart")
             self.swizzle = self.config.swizzle if config is not None or choice is not None else \
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,

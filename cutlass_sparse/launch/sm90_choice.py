@@ -37,18 +37,22 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     alignment_b = TMA_ALIGN // dtypes.numpy_dtype(p.element).itemsize     # whole 16-byte vectors
     alignment_c = TMA_ALIGN // dtypes.numpy_dtype(p.element_out).itemsize
     layout_c = "row" if p.out is None else p.out.layout
+    entries = catalog.load(catalog.for_element(FAMILY, p.element))
     if config is None and choice is not None:
         splits = p.split_k or 1
-        config = catalog.load(catalog.for_element(FAMILY, p.element)).config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
+        config = entries.config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c,
+                               p.element_x)
         if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
             config = dataclasses.replace(config, swizzle=choice.swizzle)
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
-        config = catalog.load(catalog.for_element(FAMILY, p.element)).config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
+        config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
         config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], p.m, p.n, p.sm_count,
                                                                             config.swizzle))
     else:
         check_config_fits(config, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
+        if config.b_element != p.x_element:
+            raise ValueError(f"config {config.name} reads x as {config.b_element}; x is {p.x_element}")
         splits = p.split_k or 1
     # D's layout is the problem's (a caller's column-major out is written in place)
     config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c, scales=p.epilogue.scales)
