@@ -248,7 +248,7 @@ def quantized_problems(sm_count: int = 132, bench: bool = False, element: str = 
             Problem.contiguous("sm90", m, n, k, element=element, element_out="bf16", layout_b="col",
                                out_layout="col", sm_count=sm_count),
             epilogue=Epilogue(scales="row_col"), element_x="e5m2")
-            for m, n, k in test.E5M2_CASES + [(512, 64, 512)]]
+            for m, n, k in test.E5M2_CASES + [(512, 64, 512)] + (list(FP8_SHAPES) if bench else [])]
     return problems
 
 

@@ -41,7 +41,8 @@ FP8_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", default=["f16", "bf16"], type=types.choice_list(tuple(TOLERANCE)),
                    help="comma-separated: f16, bf16, e4m3 (fp8 weights and activations, bf16 out, against "
-                        "dense fp8 and cuSPARSELt fp8), s8 (int8, int32 out, against torch._int_mm and "
+                        "dense fp8 and cuSPARSELt fp8), e5m2 (e4m3 weights, e5m2 activations, against dense "
+                        "fp8 on the same pair), s8 (int8, int32 out, against torch._int_mm and "
                         "cuSPARSELt int8); default f16,bf16")
     p.add_argument("--shapes", default=None, type=types.shape_list, help="comma-separated MxNxK")
     p.add_argument("--llm", action="store_true", help="also the Llama-class projection shapes (LLM_SHAPES)")
