@@ -93,8 +93,11 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     and c are then [batch, M, N]). sw may also be a SparseBatch (cs.compress of a
     [batch, M, K] array): each matrix times its x[i], or times one shared 2-D x. c (read when beta != 0) and out: [M, N]
     row-major of the output dtype (x's dtype, or f32 with out_dtype="f32"). Returns a
-    CuPy [M, N] row-major array (`out` if given). Runs on the current CuPy stream and
-    never synchronizes. `info`, if a dict, receives what was chosen.
+    CuPy [M, N] row-major array (`out` if given; a torch tensor for torch operands). On
+    sm90, where N is not in whole 16-byte vectors, the array the library allocates is an
+    [M, N] view of rows padded to them (nothing is copied out). Runs on the current CuPy
+    stream (torch's for torch operands) and never synchronizes. `info`, if a dict,
+    receives what was chosen.
 
     bias: [M] or [M, 1] (one value per output row, as a Linear layer's bias) or [1, N]
     (one per column), of the output dtype. activation: "identity", "relu", "leaky_relu"
