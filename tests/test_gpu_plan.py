@@ -117,6 +117,39 @@ def test_calls_from_several_threads():
     assert not errors, errors
 
 
+def test_staged_calls_from_several_threads_on_one_stream():
+    """An odd N with a row-major x stages x through a buffer kept per stream and thread
+    (launch.staging.KeptBuffers): four threads issuing on the same (default) stream, each
+    its own x, never read one another's."""
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    m, n, k = 256, 7, 512
+    w, sw, _ = random_operands(m, n, k, "f16", "row", seed=43, family="sm90")
+    xs = [cupy.random.default_rng(50 + i).standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
+          for i in range(4)]
+    wants = [expect(w, x) for x in xs]
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                results[i] = cs.matmul(sw, xs[i])
+        except Exception as exc:  # collected and re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    cupy.cuda.Device().synchronize()
+    for i in range(4):
+        assert_close(results[i], wants[i], "f16")
+
+
 @pytest.mark.parametrize("family", ["sm80", "sm90"])
 def test_second_device_gets_its_own_modules(family):
     import cupy

@@ -63,7 +63,7 @@ class Entry:
             self.torch_out, self._empty = torch_out_dtype(self.problem.element_out), torch.empty
         m, n = self.out_shape
         if self.problem.out is None and self.plan.ldd != n:
-            return self._empty((m, self.plan.ldd), dtype=self.torch_out, device=device)[:, :n]
+            return self._empty((m, self.plan.ldd), dtype=self.torch_out, device=device).narrow(1, 0, n)
         return self._empty((n, m) if transposed else (m, n), dtype=self.torch_out, device=device)
 
 

@@ -32,7 +32,7 @@ from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
 from . import device, modules, pdl, sm90_params, sm90_prepare
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
-from .staging import copy_lines, copy_rows, stage
+from .staging import KeptBuffers, copy_lines, copy_rows, stage
 
 # The setup block's leading pointers, in field order: a, e, b, c, d, params_out,
 # templates, recipes_out, info_out, workspace.
@@ -120,6 +120,7 @@ class Sm90Plan:
         self.direct = not (self.stage_x or self.stage_c or (p.out is not None and self.stage_out)) and (
             self.ldd == p.n or p.out is not None)
         self._readies: OrderedDict[tuple, Ready] = OrderedDict()
+        self._staging = KeptBuffers()   # launch_staged's x and D buffers of decode sizes
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
         self._block_key = bytes(self._block)   # with its pointer fields zero: what Params depend on besides pointers
@@ -208,28 +209,28 @@ class Sm90Plan:
         unread), on `stream` (default: the current one): x copied into an aligned buffer,
         D written to one and copied out, as the plan stages them. Where the Problem has no
         out (the library allocates D), d_ptr is D in rows of the plan's leading dimension,
-        written in place. The buffers come from the stream's pool, so a repeated call gets
-        the same ones and finds its Params built."""
+        written in place. Decode-sized buffers are kept per stream and thread
+        (staging.KeptBuffers), larger ones come from the stream's pool: either way a
+        repeated call gets the same ones and finds its Params built."""
         import cupy
 
         stream = stream or cupy.cuda.get_current_stream()
         p, k = self.problem, self.kernel_problem
         item, out_item = dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize
         x_row, d_row = p.layout_b == "row", self.layout_c == "row"
-        with stream:
-            if self.stage_x:   # rows of N (row-major) or columns of K, in pitch k.x.ld
-                lines, width = (p.k, p.n * item) if x_row else (p.n, p.k * item)
-                x_buffer = cupy.empty((p.k if x_row else self.n_k) * k.x.ld * item, dtype=cupy.uint8)
-                copy_lines(x_buffer.data.ptr, k.x.ld * item, x_ptr, p.x.ld * item, width, lines)
-                x_ptr = x_buffer.data.ptr
-            kernel_d = d_ptr
-            if self.stage_out and p.out is not None:
-                d_buffer = cupy.empty((p.m if d_row else self.n_k) * self.ldd * out_item, dtype=cupy.uint8)
-                kernel_d = d_buffer.data.ptr
-            self.launch(self.ready(sw, (x_ptr, kernel_d, kernel_d), None, stream, scales), stream)
-            if kernel_d != d_ptr:
-                lines, width = (p.m, p.n * out_item) if d_row else (p.n, p.m * out_item)
-                copy_lines(d_ptr, p.out.ld * out_item, kernel_d, self.ldd * out_item, width, lines)
+        if self.stage_x:   # rows of N (row-major) or columns of K, in pitch k.x.ld
+            lines, width = (p.k, p.n * item) if x_row else (p.n, p.k * item)
+            x_buffer = self._staging.get((p.k if x_row else self.n_k) * k.x.ld * item, stream)
+            copy_lines(x_buffer.data.ptr, k.x.ld * item, x_ptr, p.x.ld * item, width, lines, stream)
+            x_ptr = x_buffer.data.ptr
+        kernel_d = d_ptr
+        if self.stage_out and p.out is not None:
+            d_buffer = self._staging.get((p.m if d_row else self.n_k) * self.ldd * out_item, stream)
+            kernel_d = d_buffer.data.ptr
+        self.launch(self.ready(sw, (x_ptr, kernel_d, kernel_d), None, stream, scales), stream)
+        if kernel_d != d_ptr:
+            lines, width = (p.m, p.n * out_item) if d_row else (p.n, p.m * out_item)
+            copy_lines(d_ptr, p.out.ld * out_item, kernel_d, self.ldd * out_item, width, lines, stream)
 
     def launch(self, ready: Ready, stream=None) -> None:
         """The GEMM on `stream` or the current stream (after zeroing its stream-K barriers, if any)."""

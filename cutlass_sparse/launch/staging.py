@@ -1,17 +1,27 @@
 """Staging copies: an operand into an aligned buffer, a padded result back into the
 caller's array, as single strided copies (cudaMemcpy2DAsync, a few microseconds of host
-time, where an elementwise CuPy copy costs tens) on the current stream."""
+time, where an elementwise CuPy copy costs tens) on the current stream; and the small
+staging buffers a plan keeps."""
 from __future__ import annotations
 
+import threading
 
-def copy_lines(dst_ptr: int, dst_pitch: int, src_ptr: int, src_pitch: int, width: int, lines: int) -> None:
-    """`lines` runs of `width` bytes from src to dst, each pointer advancing by its pitch."""
+# Staging buffers up to this size are kept (a decode step's x is a few KB); larger ones
+# come from the stream's memory pool at each call.
+KEEP_BYTES = 1 << 20
+MAX_KEPT = 16
+
+
+def copy_lines(dst_ptr: int, dst_pitch: int, src_ptr: int, src_pitch: int, width: int, lines: int,
+               stream=None) -> None:
+    """`lines` runs of `width` bytes from src to dst, each pointer advancing by its pitch,
+    on `stream` (a CuPy stream; default the current one)."""
     import cupy
 
     runtime = cupy.cuda.runtime
     # a single line may report any pitch; 2-D copies want pitches of at least its width
     runtime.memcpy2DAsync(dst_ptr, max(dst_pitch, width), src_ptr, max(src_pitch, width), width, lines,
-                          runtime.memcpyDeviceToDevice, cupy.cuda.get_current_stream().ptr)
+                          runtime.memcpyDeviceToDevice, (stream or cupy.cuda.get_current_stream()).ptr)
 
 
 def stage(array, ld: int, layout: str, n_k: int):
@@ -38,3 +48,29 @@ def copy_rows(dst, src) -> None:
     rows, cols = src.shape
     item = src.dtype.itemsize
     copy_lines(dst.data.ptr, dst.strides[0], src.data.ptr, src.strides[0], cols * item, rows)
+
+
+class KeptBuffers:
+    """Small staging buffers kept per stream and thread: a repeated call reuses its own
+    (stream order makes that safe: the next copy into it runs after the kernel that read
+    it), so it neither allocates nor brings new pointers whose launch must be built. Each
+    thread gets its own, so two threads issuing on one stream never share one."""
+
+    def __init__(self):
+        self._buffers: dict[tuple, object] = {}
+
+    def get(self, nbytes: int, stream):
+        """A device buffer of nbytes for work on `stream` (a CuPy stream)."""
+        import cupy
+
+        if nbytes > KEEP_BYTES:
+            with stream:
+                return cupy.empty(nbytes, dtype=cupy.uint8)
+        key = (stream.ptr, threading.get_ident(), nbytes)
+        found = self._buffers.get(key)
+        if found is None:
+            if len(self._buffers) >= MAX_KEPT:
+                self._buffers = {}
+            with stream:
+                found = self._buffers[key] = cupy.empty(nbytes, dtype=cupy.uint8)
+        return found
