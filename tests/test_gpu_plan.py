@@ -118,24 +118,27 @@ def test_calls_from_several_threads():
 
 
 def test_staged_calls_from_several_threads_on_one_stream():
-    """An odd N with a row-major x stages x through a buffer kept per stream and thread
-    (launch.staging.KeptBuffers): four threads issuing on the same (default) stream, each
-    its own x, never read one another's."""
+    """An odd N with a row-major x and an out stages both through buffers kept per stream,
+    thread and role (launch.staging.KeptBuffers): four threads issuing on the same
+    (default) stream, each its own x, never read one another's, and x's buffer is never
+    D's (M == K gives them one size)."""
     import cupy
 
     if cupy.cuda.Device().compute_capability != "90":
         pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
-    m, n, k = 256, 7, 512
+    torch = pytest.importorskip("torch")
+    m, n, k = 512, 7, 512   # M == K: the x and D staging buffers have one size
     w, sw, _ = random_operands(m, n, k, "f16", "row", seed=43, family="sm90")
     xs = [cupy.random.default_rng(50 + i).standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
           for i in range(4)]
     wants = [expect(w, x) for x in xs]
     results, errors = {}, []
 
-    def work(i):
+    def work(i):   # torch tensors with an out of N = 7: the eager path stages x and D (launch_staged)
         try:
+            x, out = torch.as_tensor(xs[i], device="cuda"), torch.empty((m, n), dtype=torch.float16, device="cuda")
             for _ in range(20):
-                results[i] = cs.matmul(sw, xs[i])
+                results[i] = cupy.asarray(cs.matmul(sw, x, out=out))
         except Exception as exc:  # collected and re-raised in the main thread
             errors.append(exc)
 

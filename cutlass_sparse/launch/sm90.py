@@ -220,12 +220,12 @@ class Sm90Plan:
         x_row, d_row = p.layout_b == "row", self.layout_c == "row"
         if self.stage_x:   # rows of N (row-major) or columns of K, in pitch k.x.ld
             lines, width = (p.k, p.n * item) if x_row else (p.n, p.k * item)
-            x_buffer = self._staging.get((p.k if x_row else self.n_k) * k.x.ld * item, stream)
+            x_buffer = self._staging.get((p.k if x_row else self.n_k) * k.x.ld * item, stream, "x")
             copy_lines(x_buffer.data.ptr, k.x.ld * item, x_ptr, p.x.ld * item, width, lines, stream)
             x_ptr = x_buffer.data.ptr
         kernel_d = d_ptr
         if self.stage_out and p.out is not None:
-            d_buffer = self._staging.get((p.m if d_row else self.n_k) * self.ldd * out_item, stream)
+            d_buffer = self._staging.get((p.m if d_row else self.n_k) * self.ldd * out_item, stream, "d")
             kernel_d = d_buffer.data.ptr
         self.launch(self.ready(sw, (x_ptr, kernel_d, kernel_d), None, stream, scales), stream)
         if kernel_d != d_ptr:
@@ -322,8 +322,9 @@ class Sm90Plan:
 
         prepared = self._prepared(pointers)
         if prepared.workspace_bytes:
-            if workspace is None:
-                workspace = cupy.empty(prepared.workspace_bytes, dtype=cupy.uint8)
+            if workspace is None:   # from the launching stream's pool: freed, it is reused in that stream's order
+                with stream or cupy.cuda.get_current_stream():
+                    workspace = cupy.empty(prepared.workspace_bytes, dtype=cupy.uint8)
             elif workspace.nbytes < prepared.workspace_bytes or workspace.data.ptr % 128:
                 raise ValueError(f"workspace holds {workspace.nbytes} bytes at {workspace.data.ptr:#x}; this call "
                                  f"needs {prepared.workspace_bytes} bytes, 128-byte aligned (cs.workspace_size)")

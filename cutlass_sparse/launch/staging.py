@@ -59,14 +59,15 @@ class KeptBuffers:
     def __init__(self):
         self._buffers: dict[tuple, object] = {}
 
-    def get(self, nbytes: int, stream):
-        """A device buffer of nbytes for work on `stream` (a CuPy stream)."""
+    def get(self, nbytes: int, stream, role: str):
+        """A device buffer of nbytes for work on `stream` (a CuPy stream); `role` ("x",
+        "d") keeps the buffers one launch uses apart when their sizes are equal."""
         import cupy
 
         if nbytes > KEEP_BYTES:
             with stream:
                 return cupy.empty(nbytes, dtype=cupy.uint8)
-        key = (stream.ptr, threading.get_ident(), nbytes)
+        key = (stream.ptr, threading.get_ident(), nbytes, role)
         found = self._buffers.get(key)
         if found is None:
             if len(self._buffers) >= MAX_KEPT:

@@ -40,7 +40,8 @@ def main():
 
     # CuPy's arguments: the Params record (or the placeholder) as a NumPy record, then the buffer pointer
     size = compiled.constants["params_bytes"]   # the record's Params (kernelParams follow them)
-    args = (np.frombuffer(bytes(ready.held[0])[:size], dtype=(np.void, size)),
+    record = ready.held[0] if ready.by_value else ready.held[1]   # setup Readies: (kernelParams, placeholder, ...)
+    args = (np.frombuffer(bytes(record)[:size], dtype=(np.void, size)),
             CIntptr(0 if ready.params is None else ready.params.data.ptr))
 
     def via_cupy():
