@@ -51,7 +51,7 @@ def copy_rows(dst, src) -> None:
 
 
 class KeptBuffers:
-    """Small staging buffers kept per stream and thread: a repeated call reuses its own
+    """Small staging buffers kept per stream, thread and role: a repeated call reuses its own
     (stream order makes that safe: the next copy into it runs after the kernel that read
     it), so it neither allocates nor brings new pointers whose launch must be built. Each
     thread gets its own, so two threads issuing on one stream never share one."""
