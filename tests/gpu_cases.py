@@ -199,7 +199,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
                             + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count)
                             + quantized_problems(sm_count, bench=True)
                             + quantized_problems(sm_count, bench=True, element="s8")
-                            + pdl_problems(sm_count))
+                            + pdl_problems(sm_count) + graph_problems(sm_count))
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
 
@@ -278,6 +278,13 @@ def selection_layout(tokens: int, element: str = "f16") -> str:
     from cutlass_sparse.describe import dtypes, selection
 
     return selection.linear_out_layout(tokens, dtypes.numpy_dtype(element).itemsize)
+
+
+def graph_problems(sm_count: int = 132):
+    """tests/test_gpu_graphs.py's problems not run elsewhere (row-major x, N odd)."""
+    from cutlass_sparse.describe.problem import Problem
+
+    return [Problem.contiguous("sm90", 256, 255, 4096, sm_count=sm_count)]
 
 
 def eager_problems(bench, sm_count: int = 132):

@@ -30,6 +30,7 @@ import numpy as np
 from ..describe import dtypes, selection
 from ..describe.problem import Operand
 from ..formats.matrices import SparseMatrix
+from ..launch import graphs
 from ..plan import plans
 from ..plan import records
 from . import interop, operands
@@ -327,9 +328,12 @@ def run(entry: Entry, sw, x, out, bias):
     import cupy
 
     plan, problem = entry.plan, entry.problem
-    if cupy.cuda.runtime.getDevice() == problem.device_id:
-        return plan.run(sw, x, out, _bias_c(problem, bias), None)
-    with cupy.cuda.Device(problem.device_id):
+    if cupy.cuda.runtime.getDevice() != problem.device_id:
+        with cupy.cuda.Device(problem.device_id):
+            return run(entry, sw, x, out, bias)
+    if bias is None and plan.direct:   # allocates nothing but what it returns
+        return plan.run(sw, x, out, None, None)
+    with graphs.Temporaries():   # a staged operand, a folded bias: kept by a graph being captured
         return plan.run(sw, x, out, _bias_c(problem, bias), None)
 
 
@@ -352,7 +356,7 @@ def torch_run(entry: Entry, sw, x, out):
     elif plan.family == "sm90" and not problem.epilogue.reads_c:
         plan.launch_staged(sw, x.data_ptr(), out.data_ptr(), stream)
     else:
-        with stream:
+        with stream, graphs.Temporaries(stream):
             plan.run(sw, interop.to_array(x), interop.to_array(out), None, None)
     return out
 

@@ -9,6 +9,7 @@ import functools
 from ..describe import catalog, dtypes, selection
 from ..describe.description import SparseGemmConfig
 from ..formats.matrices import SparseBatch, SparseMatrix
+from ..launch import graphs
 from ..plan import plans
 from ..profiler import tune as profiler
 from . import batched, eager, operands
@@ -128,25 +129,27 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         entry = None if fast is None else eager.lookup(fast)
         if entry is not None:
             return eager.run(entry, sw, x, out, bias)
-    family = operands.check_sparse(sw, family)
-    if isinstance(config, str):
-        config = catalog.find(config, family)
-    x = operands.as_device_array(x, "x")
-    epilogue = dict(alpha=alpha, beta=beta, c=c, bias=bias, activation=activation, leaky_slope=leaky_slope,
-                    out_dtype=out_dtype, split_k=split_k)
-    if (isinstance(sw, SparseBatch) or x.ndim == 3) and family == "sm90":
-        return _as_one_wide_gemm(sw, x, out=out, config=config, info=info, **epilogue)
-    if isinstance(sw, SparseBatch) or x.ndim == 3:
-        return batched.matmul(sw, x, out=out, config=config, info=info, **epilogue)
-    call = operands.gemm_call(sw, x, family=family, out=out, split_k_mode=split_k_mode, **epilogue)
-    if workspace is not None:
-        workspace = operands.as_device_array(workspace, "workspace")
-        operands.check_same_device(workspace, "workspace", call.problem.device_id)
-    with cupy.cuda.Device(call.problem.device_id):
-        if (autotune or force_profile) and config is None and split_k is None and split_k_mode is None:
-            profiler.tune(call.problem, sw, call.x, force=force_profile)   # records the winner plans.get uses
-        plan = plans.get(call.problem, config)
-        result = call.finish(plan.run(sw, call.x, call.out, operands.folded_c(call), workspace))
+    # what the call allocates for itself is kept by a graph the stream may be capturing
+    with graphs.Temporaries():
+        family = operands.check_sparse(sw, family)
+        if isinstance(config, str):
+            config = catalog.find(config, family)
+        x = operands.as_device_array(x, "x")
+        epilogue = dict(alpha=alpha, beta=beta, c=c, bias=bias, activation=activation, leaky_slope=leaky_slope,
+                        out_dtype=out_dtype, split_k=split_k)
+        if (isinstance(sw, SparseBatch) or x.ndim == 3) and family == "sm90":
+            return _as_one_wide_gemm(sw, x, out=out, config=config, info=info, **epilogue)
+        if isinstance(sw, SparseBatch) or x.ndim == 3:
+            return batched.matmul(sw, x, out=out, config=config, info=info, **epilogue)
+        call = operands.gemm_call(sw, x, family=family, out=out, split_k_mode=split_k_mode, **epilogue)
+        if workspace is not None:
+            workspace = operands.as_device_array(workspace, "workspace")
+            operands.check_same_device(workspace, "workspace", call.problem.device_id)
+        with cupy.cuda.Device(call.problem.device_id):
+            if (autotune or force_profile) and config is None and split_k is None and split_k_mode is None:
+                profiler.tune(call.problem, sw, call.x, force=force_profile)   # records the winner plans.get uses
+            plan = plans.get(call.problem, config)
+            result = call.finish(plan.run(sw, call.x, call.out, operands.folded_c(call), workspace))
     if fast is not None:
         eager.remember(fast, call, x, out, plan)
     if info is not None:

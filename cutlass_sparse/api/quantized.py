@@ -30,7 +30,7 @@ from ..describe.problem import Epilogue, Operand, Problem, alignment_class
 from ..formats.matrices import SparseMatrix
 from ..formats.patterns import LAYOUT_SM90
 from ..formats.quantize import LARGEST, quantize
-from ..launch import device, sm90_compress
+from ..launch import device, graphs, sm90_compress
 from ..plan import plans
 from . import operands
 from .interop import is_torch, to_array, torch_dtype, torch_stream
@@ -202,7 +202,8 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
         scale_ptrs = (sw.scales.data.ptr, scales.data.ptr)
     device_id = x.device.id
     stream = torch_stream(device_id) if torch_in else cupy.cuda.get_current_stream()
-    with stream:   # copies and buffers in the launching stream's order
+    # copies and buffers in the launching stream's order, kept by a graph it may be capturing
+    with stream, graphs.Temporaries(stream):
         row_bias = None if bias is None else _bias(bias, m)
         scale_ptrs += (0 if row_bias is None else row_bias.data.ptr,)
         kernel_k = sw.padded_k or k

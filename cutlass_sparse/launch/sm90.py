@@ -30,7 +30,7 @@ from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
-from . import device, modules, pdl, sm90_params, sm90_prepare
+from . import device, graphs, modules, pdl, sm90_params, sm90_prepare
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import KeptBuffers, copy_lines, copy_rows, stage
 
@@ -234,13 +234,15 @@ class Sm90Plan:
 
     def launch(self, ready: Ready, stream=None) -> None:
         """The GEMM on `stream` or the current stream (after zeroing its stream-K barriers, if any)."""
-        offset, nbytes = ready.barrier
-        if nbytes:
+        if not ready.by_value or ready.workspace is not None:
             import cupy
 
-            # The reduction's turnstiles count up during a launch; each launch starts from zero.
             stream = stream or cupy.cuda.get_current_stream()
-            cupy.cuda.runtime.memsetAsync(ready.workspace.data.ptr + offset, 0, nbytes, stream.ptr)
+            # buffers this launch reads: a graph capturing it keeps them past their eviction here
+            graphs.hold(stream.ptr, ready.params, ready.workspace)
+            offset, nbytes = ready.barrier
+            if nbytes:   # the reduction's turnstiles count up during a launch; each starts from zero
+                cupy.cuda.runtime.memsetAsync(ready.workspace.data.ptr + offset, 0, nbytes, stream.ptr)
         gemm = self._gemm
         if gemm is None:   # the loaded entry, looked up once per plan
             gemm = self._gemm = self.loaded.entry(self.problem.device_id)
@@ -332,6 +334,7 @@ class Sm90Plan:
             workspace = None
         params = self._params_buffer(stream)
         self._write_params(pointers, params.data.ptr, workspace, stream, scales)
+        graphs.hold((stream or cupy.cuda.get_current_stream()).ptr, prepared.templates)   # the setup reads them
         if workspace is None and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
             sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
         placeholder = self._placeholder

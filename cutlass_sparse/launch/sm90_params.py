@@ -23,6 +23,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from . import graphs
+
 # The scaled epilogue's run-time vectors, as pointers: row scales, column scales, row bias
 # (0: absent; a scale then reads as 1, the bias as 0).
 NO_VECTORS = (0, 0, 0)
@@ -150,7 +152,7 @@ def request(key: tuple, params, stream) -> None:
         return
     import cupy
 
-    if capturing((stream or cupy.cuda.get_current_stream()).ptr):
+    if graphs.capturing((stream or cupy.cuda.get_current_stream()).ptr):
         return
     _keep(key, Template(Copy(params, stream), 0, params.nbytes))
 
@@ -266,9 +268,3 @@ def _side_stream(device_id: int):
         stream = _side_streams.setdefault(device_id, cupy.cuda.Stream(non_blocking=True))
     return stream
 
-
-def capturing(stream_ptr: int) -> bool:
-    """Whether the stream is capturing a CUDA graph."""
-    import cupy
-
-    return cupy.cuda.runtime.streamIsCapturing(stream_ptr) != 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+from . import graphs
+
 # Staging buffers up to this size are kept (a decode step's x is a few KB); larger ones
 # come from the stream's memory pool at each call.
 KEEP_BYTES = 1 << 20
@@ -54,7 +56,9 @@ class KeptBuffers:
     """Small staging buffers kept per stream, thread and role: a repeated call reuses its own
     (stream order makes that safe: the next copy into it runs after the kernel that read
     it), so it neither allocates nor brings new pointers whose launch must be built. Each
-    thread gets its own, so two threads issuing on one stream never share one."""
+    thread gets its own, so two threads issuing on one stream never share one. A stream
+    capturing a CUDA graph never gets a kept one: replays would share it with eager calls
+    and outlive its eviction."""
 
     def __init__(self):
         self._buffers: dict[tuple, object] = {}
@@ -64,9 +68,12 @@ class KeptBuffers:
         "d") keeps the buffers one launch uses apart when their sizes are equal."""
         import cupy
 
-        if nbytes > KEEP_BYTES:
+        if nbytes > KEEP_BYTES or graphs.capturing(stream.ptr):
+            # a graph being captured gets buffers of its own, which it keeps (graphs.hold)
             with stream:
-                return cupy.empty(nbytes, dtype=cupy.uint8)
+                buffer = cupy.empty(nbytes, dtype=cupy.uint8)
+            graphs.hold(stream.ptr, buffer)
+            return buffer
         key = (stream.ptr, threading.get_ident(), nbytes, role)
         found = self._buffers.get(key)
         if found is None:

@@ -1,0 +1,227 @@
+"""CUDA graphs keep the buffers a captured call allocated for itself (launch.graphs).
+
+Each case captures a call that allocates for itself (a staged x, a padded D copied out,
+a bias folded into C, a split-K workspace, Params built by the setup entry), then drops
+the library's plans (what eviction from its bounded caches does), allocates arrays of the
+sizes that call allocated and fills them with a pattern, replays the graph, and checks
+the result against dense and that the pattern is intact. Without the graph keeping its
+buffers the pool hands them out again and the replay writes into those arrays: the
+control case shows the check catches that. Marked gpu."""
+import gc
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import cutlass_sparse as cs
+from cutlass_sparse.api import eager
+from cutlass_sparse.launch import graphs
+from cutlass_sparse.launch.staging import KeptBuffers
+from cutlass_sparse.plan import plans
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_gpu_epilogue_split_k import assert_close, expect  # noqa: E402
+from test_gpu_matmul import random_operands  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+PATTERN = 0xA5
+
+
+def _sizes(call) -> list[int]:
+    """Bytes of each allocation `call` makes through CuPy's allocator."""
+    import cupy
+
+    sizes, base = [], cupy.cuda.get_allocator()
+
+    def record(nbytes):
+        sizes.append(nbytes)
+        return base(nbytes)
+
+    with cupy.cuda.using_allocator(record):
+        call()
+    return sizes
+
+
+def _forget_plans() -> None:
+    """Drop every plan the library keeps, as its bounded caches do when they fill."""
+    with eager._lock:
+        eager._entries.clear()
+        eager._classes.clear()
+        eager._ahead.clear()
+    plans.clear()
+    gc.collect()
+
+
+def _captured_then_churned(call, stream):
+    """Warm `call` on `stream`, capture it, forget the plans, allocate and fill arrays of
+    the sizes its first call allocated (twice over), replay, and return (graph, what the
+    captured call returned, whether the filled arrays are intact, holds added)."""
+    import cupy
+
+    cupy.cuda.Device().synchronize()   # operands were filled on the default stream
+    with stream:
+        sizes = _sizes(call)
+        call()
+        stream.synchronize()
+        before = graphs.held()
+        stream.begin_capture()
+        result = call()
+        graph = stream.end_capture()
+        added = graphs.held() - before
+        _forget_plans()
+        junk = [cupy.full(max(size, 1), PATTERN, dtype=cupy.uint8) for size in sizes for _ in range(2)]
+        graph.launch(stream)
+        stream.synchronize()
+    intact = all(bool((j == PATTERN).all()) for j in junk)
+    return graph, result, intact, added
+
+
+def _wait_released(count: int) -> bool:
+    """Whether holds fall to `count` within a few seconds (the driver posts from its own thread)."""
+    for _ in range(300):
+        if graphs.held() <= count:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _sm90_or_skip():
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+
+
+def _case(name):
+    """(weight, compressed weight, x, the call, what it must give) for one case."""
+    import cupy
+
+    if name == "odd-n":   # x staged into rows of 256, D written padded and copied into out
+        w, sw, x = random_operands(256, 255, 4096, "f16", "row", seed=71, family="sm90")
+        out = cupy.zeros((256, 255), dtype=cupy.float16)
+        return lambda: cs.matmul(sw, x, out=out), expect(w, x)
+    if name == "bias":    # the bias folded into a C the call allocates
+        w, sw, x = random_operands(256, 64, 512, "f16", "row", seed=72, family="sm90")
+        bias = cupy.random.default_rng(73).standard_normal(256, dtype=cupy.float32).astype(cupy.float16)
+        out = cupy.zeros((256, 64), dtype=cupy.float16)
+        want = expect(w, x, bias_full=bias.astype(cupy.float32)[:, None], activation="relu")
+        return lambda: cs.matmul(sw, x, bias=bias, activation="relu", out=out), want
+    if name == "stream-k":   # sm90 split-K: a workspace and Params built by the setup entry
+        w, sw, x = random_operands(256, 64, 1040, "f16", "row", seed=74, family="sm90")
+        out = cupy.zeros((256, 64), dtype=cupy.float16)
+        return lambda: cs.matmul(sw, x, out=out, split_k=2), expect(w, x)
+    if name == "sm80-parallel":   # partials in a workspace, summed by the reduction kernel
+        w, sw, x = random_operands(256, 72, 1000, "f16", "row", seed=75, family="sm80")
+        out = cupy.zeros((256, 72), dtype=cupy.float16)
+        return lambda: cs.matmul(sw, x, out=out, split_k=2, split_k_mode="parallel"), expect(w, x)
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("name", ["odd-n", "bias", "stream-k", "sm80-parallel"])
+def test_a_graph_keeps_what_its_call_allocated(name):
+    import cupy
+
+    if name != "sm80-parallel":
+        _sm90_or_skip()
+    call, want = _case(name)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    before = graphs.held()
+    graph, result, intact, added = _captured_then_churned(call, stream)
+    assert added > 0, "the captured call handed nothing to its graph"
+    assert intact, "the replay wrote into memory allocated after the capture"
+    assert_close(result, want, "f16")
+    del graph
+    gc.collect()
+    assert _wait_released(before), "the destroyed graph's buffers were not released"
+
+
+def test_without_holds_the_replay_writes_into_later_allocations(monkeypatch):
+    # The control: with the graph keeping nothing, the check above fails, so it can.
+    import cupy
+
+    _sm90_or_skip()
+    call, _ = _case("odd-n")
+    monkeypatch.setattr(graphs, "hold", lambda *args, **kwargs: False)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    graph, _, intact, added = _captured_then_churned(call, stream)
+    del graph
+    assert added == 0
+    assert not intact, "the pool did not hand a freed temporary out again: the control shows nothing"
+
+
+def test_a_capture_never_gets_a_kept_staging_buffer():
+    import cupy
+
+    kept = KeptBuffers()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        eager_buffer = kept.get(4096, stream, "x")
+        assert kept.get(4096, stream, "x") is eager_buffer   # kept between eager calls
+        before = graphs.held()
+        stream.begin_capture()
+        captured = kept.get(4096, stream, "x")
+        cupy.cuda.runtime.memsetAsync(captured.data.ptr, 0, 4096, stream.ptr)   # a capture needs a node
+        graph = stream.end_capture()
+    assert captured is not eager_buffer and graphs.held() == before + 1
+    del graph
+    gc.collect()
+    assert _wait_released(before)
+
+
+def test_torch_graph_of_staged_calls_keeps_its_buffers():
+    # torch's eager path stages x (N = 7: a kept-buffer size; N = 255 with K = 4096: a pool
+    # one) and D into out, on torch's capture stream.
+    torch = pytest.importorskip("torch")
+    import cupy
+
+    _sm90_or_skip()
+    cases = []
+    for n, k, seed in ((7, 512, 76), (255, 4096, 77)):
+        w, sw, x = random_operands(512 if n == 7 else 256, n, k, "f16", "row", seed=seed, family="sm90")
+        xt = torch.as_tensor(x, device="cuda")
+        out = torch.zeros((w.shape[0], n), dtype=torch.float16, device="cuda")
+        cases.append((w, x, sw, xt, out))
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+
+    def calls():
+        for _, _, sw, xt, out in cases:
+            cs.matmul(sw, xt, out=out)
+
+    with torch.cuda.stream(stream), cupy.cuda.ExternalStream(stream.cuda_stream):
+        sizes = _sizes(calls)   # the first calls: what they allocate through CuPy's pool
+        calls()                 # warm: plans and Params
+    torch.cuda.synchronize()
+    before = graphs.held()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        calls()
+    assert graphs.held() > before
+    _forget_plans()
+    with cupy.cuda.ExternalStream(stream.cuda_stream):
+        junk = [cupy.full(max(size, 1), PATTERN, dtype=cupy.uint8) for size in sizes for _ in range(2)]
+    for _, _, _, _, out in cases:
+        out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(bool((j == PATTERN).all()) for j in junk)
+    for w, x, _, _, out in cases:
+        assert_close(cupy.asarray(out), expect(w, x), "f16")
+    del graph
+    gc.collect()
+    assert _wait_released(before)
+
+
+def test_holds_cost_nothing_outside_a_capture():
+    # Outside a capture nothing is handed over: the eager path keeps no record per call.
+    import cupy
+
+    _sm90_or_skip()
+    call, _ = _case("odd-n")
+    before = graphs.held()
+    for _ in range(3):
+        call()
+    cupy.cuda.get_current_stream().synchronize()
+    assert graphs.held() == before
