@@ -16,6 +16,7 @@ held call, which costs nothing."""
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 
 _SEM_BYTES = 64   # glibc's sem_t is 32 bytes on x86-64 and aarch64; room to spare
@@ -47,6 +48,37 @@ def capturing(stream_ptr: int) -> bool:
     import cupy
 
     return cupy.cuda.runtime.streamIsCapturing(stream_ptr) != 0
+
+
+def empty(nbytes: int, stream):
+    """nbytes of device memory (a CuPy uint8 array) for work on `stream` (a CuPy stream):
+    from CuPy's pool, or from torch's allocator where torch is capturing a graph on its
+    current stream (torch captures in a mode that forbids cudaMalloc, and its allocator
+    serves a capture from the graph's own pool)."""
+    import cupy
+
+    if capturing(stream.ptr):
+        allocate = _torch_capture_allocator()
+        if allocate is not None:
+            return cupy.ndarray(nbytes, dtype=cupy.uint8, memptr=allocate(nbytes))
+    with stream:
+        return cupy.empty(nbytes, dtype=cupy.uint8)
+
+
+def _torch_capture_allocator():
+    """A CuPy allocator drawing on torch's, if torch is capturing on its current stream; else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_current_stream_capturing():
+        return None
+    import cupy
+
+    device = torch.cuda.current_device()
+
+    def allocate(nbytes):
+        tensor = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+        return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(tensor.data_ptr(), nbytes, tensor, device), 0)
+
+    return allocate
 
 
 def hold(stream_ptr: int, *objects) -> bool:
@@ -131,7 +163,7 @@ class Temporaries:
         if capturing(self._stream_ptr):
             import cupy
 
-            made, base = [], cupy.cuda.get_allocator()
+            made, base = [], _torch_capture_allocator() or cupy.cuda.get_allocator()
 
             def allocate(nbytes):
                 memory = base(nbytes)

@@ -315,8 +315,7 @@ class Sm90Plan:
         (freed, it is reused in that stream's order)."""
         import cupy
 
-        with stream or cupy.cuda.get_current_stream():
-            return cupy.empty(self.compiled.constants["params_bytes"], dtype=cupy.uint8)
+        return graphs.empty(self.compiled.constants["params_bytes"], stream or cupy.cuda.get_current_stream())
 
     def _build(self, pointers, workspace, stream=None, scales=NO_VECTORS) -> Ready:
         """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
@@ -325,8 +324,7 @@ class Sm90Plan:
         prepared = self._prepared(pointers)
         if prepared.workspace_bytes:
             if workspace is None:   # from the launching stream's pool: freed, it is reused in that stream's order
-                with stream or cupy.cuda.get_current_stream():
-                    workspace = cupy.empty(prepared.workspace_bytes, dtype=cupy.uint8)
+                workspace = graphs.empty(prepared.workspace_bytes, stream or cupy.cuda.get_current_stream())
             elif workspace.nbytes < prepared.workspace_bytes or workspace.data.ptr % 128:
                 raise ValueError(f"workspace holds {workspace.nbytes} bytes at {workspace.data.ptr:#x}; this call "
                                  f"needs {prepared.workspace_bytes} bytes, 128-byte aligned (cs.workspace_size)")

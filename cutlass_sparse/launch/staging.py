@@ -70,8 +70,7 @@ class KeptBuffers:
 
         if nbytes > KEEP_BYTES or graphs.capturing(stream.ptr):
             # a graph being captured gets buffers of its own, which it keeps (graphs.hold)
-            with stream:
-                buffer = cupy.empty(nbytes, dtype=cupy.uint8)
+            buffer = graphs.empty(nbytes, stream)
             graphs.hold(stream.ptr, buffer)
             return buffer
         key = (stream.ptr, threading.get_ident(), nbytes, role)
