@@ -98,3 +98,12 @@ def test_sm90_candidates_vary_the_run_time_swizzle():
     choice = next(c for c in choices if c.swizzle == 4)
     assert profiler.Choice.from_json(choice.to_json()) == choice and "swizzle 4" in choice.label
     assert all(c.swizzle is None for c in profiler.candidates("sm80", 4096))   # compiled in on sm80
+
+
+def test_signature_tells_x_types_apart_and_keeps_earlier_keys():
+    from dataclasses import replace
+
+    assert "element_x" not in json.loads(SIGNATURE.key())   # records made before element_x keep their keys
+    e5m2 = replace(SIGNATURE, element="e4m3", element_x="e5m2")
+    assert e5m2.key() != replace(SIGNATURE, element="e4m3").key()
+    assert profiler.Signature(**json.loads(e5m2.key())) == e5m2

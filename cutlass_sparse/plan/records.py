@@ -4,7 +4,7 @@ recorded winners in compiled_cache.db. Low enough in the package for planning to
 writes records is profiler.tune, above planning; they live here, beside the plans that read them.
 
 A signature is what decides the best kernel: family, M, N and K (M and K rounded up to
-a power of two, N exact up to 256), dtypes, B's layout, the activation, the device's
+a power of two, N exact up to 256), dtypes (x's too where it is not A's), B's layout, the activation, the device's
 name and compute capability. A candidate is a catalog tile plus a K split.
 """
 from __future__ import annotations
@@ -46,16 +46,20 @@ class Signature:
     activation: str
     device: str
     compute_capability: str
+    element_x: str = ""   # x's type where it is not A's (e5m2 beside an e4m3 weight)
 
     @classmethod
     def of(cls, problem: Problem) -> "Signature":
         p = problem
         name, cc = device.identity(p.device_id)
         return cls(p.family, bucket(p.m), bucket(p.n, 256), bucket(p.k), p.element, p.element_out, p.layout_b,
-                   p.activation, name, cc)
+                   p.activation, name, cc, "" if p.x_element == p.element else p.x_element)
 
     def key(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if not self.element_x:   # the key records made before element_x existed
+            del fields["element_x"]
+        return json.dumps(fields, sort_keys=True)
 
 
 @dataclass(frozen=True)
