@@ -59,3 +59,13 @@ def test_e5m2_activations_plan_the_mixed_kernel():
     for bad in ("e4m3", "f16", "s8"):
         with pytest.raises(ValueError, match="element_b"):
             dataclasses.replace(same, element_b=bad)
+
+
+def test_an_x_of_the_weights_type_is_one_problem_however_named():
+    from dataclasses import replace
+
+    from cutlass_sparse.describe.problem import Problem
+
+    plain = Problem.contiguous("sm90", 256, 64, 512, element="e4m3", element_out="bf16")
+    assert replace(plain, element_x="e4m3") == plain and replace(plain, element_x="e4m3").element_x == ""
+    assert replace(plain, element_x="e5m2") != plain

@@ -81,6 +81,10 @@ class Problem:
     sm_count: int
     element_x: str = ""          # B's type where it is not A's ("": the same; sm90 e4m3 x e5m2)
 
+    def __post_init__(self):
+        if self.element_x == self.element:   # one problem, one key: "" where x's type is A's
+            object.__setattr__(self, "element_x", "")
+
     def with_(self, **changes) -> "Problem":
         """This Problem with some fields replaced: dataclasses.replace without its field
         walk (a few microseconds on every new N of an eager loop). No field is derived
