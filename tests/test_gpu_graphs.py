@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import cutlass_sparse as cs
-from cutlass_sparse.api import eager
+from cutlass_sparse.api import eager, interop
 from cutlass_sparse.launch import graphs
 from cutlass_sparse.launch.staging import KeptBuffers
 from cutlass_sparse.plan import plans
@@ -190,7 +190,7 @@ def test_torch_graph_of_staged_calls_keeps_its_buffers():
         for _, _, sw, xt, out in cases:
             cs.matmul(sw, xt, out=out)
 
-    with torch.cuda.stream(stream), cupy.cuda.ExternalStream(stream.cuda_stream):
+    with torch.cuda.stream(stream), interop._cupy_stream(stream.cuda_stream, stream.device.index):
         sizes = _sizes(calls)   # the first calls: what they allocate through CuPy's pool
         calls()                 # warm: plans and Params
     torch.cuda.synchronize()
@@ -200,7 +200,7 @@ def test_torch_graph_of_staged_calls_keeps_its_buffers():
         calls()
     assert graphs.held() > before
     _forget_plans()
-    with cupy.cuda.ExternalStream(stream.cuda_stream):
+    with interop._cupy_stream(stream.cuda_stream, stream.device.index):
         junk = [cupy.full(max(size, 1), PATTERN, dtype=cupy.uint8) for size in sizes for _ in range(2)]
     for _, _, _, _, out in cases:
         out.zero_()
