@@ -6,13 +6,27 @@
 # catalogs' kernels compile there (16 processes), then the GPU tests named in $TESTS run.
 OUT=${OUT:-/tmp/cu12_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .cu12/nvidia_cutlass-*.whl || exit 1
-mkdir -p /tmp/site12 && tar xJf .cu12/site12.tar.xz -C /tmp/site12 || exit 1
+# .cu12/cuda12.tar.xz: site12/ (cuda-bindings 12.9 and the CUDA 12.9 header wheels, unpacked)
+# and root12/ (NVRTC 12.9 in lib64/, its headers and CUDA 12.9's in include/)
+tar xJf .cu12/cuda12.tar.xz -C /tmp || exit 1
+# cuda.pathfinder, which loads NVRTC for cuda-bindings and CuPy alike, would find the image's
+# NVRTC 13 first; a library already loaded is taken as it is, so every process loads NVRTC
+# 12.9 first (sitecustomize; an image's own sitecustomize runs after). CuPy then takes its
+# CUDA headers from the root beside that library: CUDA 12.9's, which NVRTC 12.9 can parse.
+next=$(python3 -c "import importlib.util as u; s = u.find_spec('sitecustomize'); print(s.origin if s else '')")
+cat > /tmp/site12/sitecustomize.py <<PY
+import ctypes
+ctypes.CDLL("/tmp/root12/lib64/libnvrtc.so.12")
+if "$next":
+    exec(compile(open("$next").read(), "$next", "exec"))
+PY
 export PYTHONPATH=/tmp/site12:/tmp/site:$PWD CUTLASS_SPARSE_CACHE=/tmp/csd12/cs.db PYTHONUNBUFFERED=1
-# cuda.pathfinder would find the image's NVRTC 13 first; a library already loaded is taken as it is
-export LD_PRELOAD=/tmp/site12/nvidia/cuda_nvrtc/lib/libnvrtc.so.12
 mkdir -m 700 -p /tmp/csd12
 python3 -c "import cuda.bindings, cupy; from cutlass_sparse import env
-print('cuda-bindings', cuda.bindings.__version__, '| cupy', cupy.__version__, 'runtime', cupy.cuda.runtime.runtimeGetVersion())
+from cupy_backends.cuda.libs import nvrtc
+print('cuda-bindings', cuda.bindings.__version__, '| cupy', cupy.__version__, 'runtime', cupy.cuda.runtime.runtimeGetVersion(),
+      'nvrtc', nvrtc.getVersion(), 'headers', cupy._environment.get_cuda_path())
+print((cupy.arange(4, dtype=cupy.float16) * 2).sum())
 print(env.toolchain_identity())" 2>&1 | tee $OUT/identity.log
 t0=$(date +%s)
 for family in sm80 sm90; do
