@@ -19,7 +19,7 @@ if [ ! -f $V/ready ]; then
   system_sites=$(python3 -c "import site; print('\n'.join(site.getsitepackages()))")
   # a virtual environment by hand (what `python -m venv --without-pip` writes; the image
   # may lack the venv module): sys.prefix is $V, its one site directory $SITE
-  py=$(python3 -c "import sys; print(sys.executable)")
+  py=$(python3 -c "import sys; print(sys._base_executable)")   # the image runs python from a venv
   mkdir -p $V/bin $SITE && ln -sf "$py" $V/bin/python || exit 1
   printf 'home = %s\ninclude-system-site-packages = false\n' "$(dirname "$py")" > $V/pyvenv.cfg
   mkdir -p /tmp/x12u && cat /tmp/x12p/part.* | xz -dc | tar xf - -C /tmp/x12u || exit 1
@@ -29,20 +29,28 @@ if [ ! -f $V/ready ]; then
   # torch, numpy, pytest from the image: on sys.path (a .pth) but not among the site
   # directories cuda.pathfinder searches, so it never finds the image's nvidia/cu13
   echo "$system_sites" > $SITE/zz_image_site.pth
-  next=$(python3 -c "import importlib.util as u; s = u.find_spec('sitecustomize'); print(s.origin if s else '')")
-  # NVRTC 12.9 sits outside site-packages (root12/lib64, beside CUDA 12.9's headers in
-  # root12/include); loaded first, it is what cuda.pathfinder hands cuda-bindings and CuPy,
-  # and CuPy takes its CUDA root (the headers of its own kernels) from its location
-  cat > $SITE/sitecustomize.py <<PY
+  touch $V/ready
+fi
+# NVRTC 12.9 sits outside site-packages (root12/lib64, beside CUDA 12.9's headers in
+# root12/include); loaded first, it is what cuda.pathfinder hands cuda-bindings and CuPy,
+# and CuPy takes its CUDA root (the headers of its own kernels) from its location. On
+# PYTHONPATH: the image's Debian python has a sitecustomize of its own in the standard
+# library's directory, ahead of any site directory.
+mkdir -p $V/pre
+next=$(python3 -c "import importlib.util as u; s = u.find_spec('sitecustomize'); print(s.origin if s else '')")
+cat > $V/pre/sitecustomize.py <<PY
 import ctypes
 ctypes.CDLL("/tmp/root12/lib64/libnvrtc.so.12", mode=ctypes.RTLD_GLOBAL)
+# cuda.pathfinder remembers its first answer: NVRTC 12.9 now, before the image's torch
+# (a CUDA 13 build) loads NVRTC 13, which pathfinder would otherwise hand CuPy
+from cuda.pathfinder import load_nvidia_dynamic_lib
+load_nvidia_dynamic_lib("nvrtc")
 if "$next":
     exec(compile(open("$next").read(), "$next", "exec"))
 PY
-  touch $V/ready
-fi
-export PATH=$V/bin:$PATH PYTHONPATH=$PWD CUTLASS_SPARSE_CACHE=/tmp/csd12/cs.db PYTHONUNBUFFERED=1
+export PATH=$V/bin:$PATH PYTHONPATH=$V/pre:$PWD CUTLASS_SPARSE_CACHE=/tmp/csd12/cs.db PYTHONUNBUFFERED=1
 mkdir -m 700 -p /tmp/csd12
+[ -f /tmp/csd12/cs.db ] || [ ! -f .x12p/cs12.db.gz ] || gunzip -c .x12p/cs12.db.gz > /tmp/csd12/cs.db
 t0=$(date +%s)
 python - <<'PY' 2>&1 | tee -a $OUT/identity.log
 import sys, cupy, numpy, cuda.bindings, ml_dtypes
@@ -67,6 +75,10 @@ if [[ " ${STEPS:-warm tests} " == *" warm "* ]]; then
   timeout ${WARM_TIMEOUT:-500} python -m tests.gpu_cases --family session --jobs 16 >> $OUT/warm.log 2>&1
   echo "warm rc=$? $(( $(date +%s) - t0 ))s: $(grep -c '^cached' $OUT/warm.log) cached, $(grep -c '^compiled' $OUT/warm.log) compiled, $(grep -c '^failed' $OUT/warm.log) failed"
   grep '^failed' $OUT/warm.log | head -3
+  python -c "import sqlite3; print('cache entries:', sqlite3.connect('/tmp/csd12/cs.db').execute('select count(*) from kernels').fetchone()[0])"
+  # the cache comes back (carry it as .x12p/cs12.db.gz on a fresh machine)
+  python -c "import sqlite3; s=sqlite3.connect('/tmp/csd12/cs.db'); d=sqlite3.connect('/tmp/csd12/snap.db'); s.backup(d); d.close()"
+  gzip -6 -c /tmp/csd12/snap.db | split -b 15m - $OUT/cs12.db.gz.part-; rm -f /tmp/csd12/snap.db
 fi
 if [[ " ${STEPS:-warm tests} " == *" tests "* ]]; then
   timeout ${TEST_TIMEOUT:-400} python -m pytest -m gpu -q --tb=short -p no:cacheprovider -n 4 --dist loadfile \
