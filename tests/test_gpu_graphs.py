@@ -65,11 +65,11 @@ def _captured_then_churned(call, stream):
         sizes = _sizes(call)
         call()
         stream.synchronize()
-        before = graphs.held()
+        before = graphs.release_finished()
         stream.begin_capture()
         result = call()
         graph = stream.end_capture()
-        added = graphs.held() - before
+        added = graphs.release_finished() - before
         _forget_plans()
         junk = [cupy.full(max(size, 1), PATTERN, dtype=cupy.uint8) for size in sizes for _ in range(2)]
         graph.launch(stream)
@@ -81,7 +81,7 @@ def _captured_then_churned(call, stream):
 def _wait_released(count: int) -> bool:
     """Whether holds fall to `count` within a few seconds (the driver posts from its own thread)."""
     for _ in range(300):
-        if graphs.held() <= count:
+        if graphs.release_finished() <= count:
             return True
         time.sleep(0.01)
     return False
@@ -127,7 +127,7 @@ def test_a_graph_keeps_what_its_call_allocated(name):
         _sm90_or_skip()
     call, want = _case(name)
     stream = cupy.cuda.Stream(non_blocking=True)
-    before = graphs.held()
+    before = graphs.release_finished()
     graph, result, intact, added = _captured_then_churned(call, stream)
     assert added > 0, "the captured call handed nothing to its graph"
     assert intact, "the replay wrote into memory allocated after the capture"
@@ -159,12 +159,12 @@ def test_a_capture_never_gets_a_kept_staging_buffer():
     with stream:
         eager_buffer = kept.get(4096, stream, "x")
         assert kept.get(4096, stream, "x") is eager_buffer   # kept between eager calls
-        before = graphs.held()
+        before = graphs.release_finished()
         stream.begin_capture()
         captured = kept.get(4096, stream, "x")
         cupy.cuda.runtime.memsetAsync(captured.data.ptr, 0, 4096, stream.ptr)   # a capture needs a node
         graph = stream.end_capture()
-    assert captured is not eager_buffer and graphs.held() == before + 1
+    assert captured is not eager_buffer and graphs.release_finished() == before + 1
     del graph
     gc.collect()
     assert _wait_released(before)
@@ -194,11 +194,11 @@ def test_torch_graph_of_staged_calls_keeps_its_buffers():
         sizes = _sizes(calls)   # the first calls: what they allocate through CuPy's pool
         calls()                 # warm: plans and Params
     torch.cuda.synchronize()
-    before = graphs.held()
+    before = graphs.release_finished()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         calls()
-    assert graphs.held() > before
+    assert graphs.release_finished() > before
     _forget_plans()
     with interop._cupy_stream(stream.cuda_stream, stream.device.index):
         junk = [cupy.full(max(size, 1), PATTERN, dtype=cupy.uint8) for size in sizes for _ in range(2)]
@@ -220,8 +220,8 @@ def test_holds_cost_nothing_outside_a_capture():
 
     _sm90_or_skip()
     call, _ = _case("odd-n")
-    before = graphs.held()
+    before = graphs.release_finished()
     for _ in range(3):
         call()
     cupy.cuda.get_current_stream().synchronize()
-    assert graphs.held() == before
+    assert graphs.release_finished() == before

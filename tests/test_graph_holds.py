@@ -12,7 +12,7 @@ class Buffer:   # a stand-in for a CuPy allocation: weakly referenced to see it 
 
 
 def test_a_hold_lasts_until_its_semaphore_is_posted():
-    before = graphs.held()
+    before = graphs.release_finished()
     first, second = Buffer(), Buffer()
     watch = weakref.ref(first)
     sem_first, sem_second = graphs.new_semaphore(), graphs.new_semaphore()
@@ -20,13 +20,13 @@ def test_a_hold_lasts_until_its_semaphore_is_posted():
     graphs.keep(sem_second, (second,))
     del first
     gc.collect()
-    assert watch() is not None and graphs.held() == before + 2   # nothing posted yet
+    assert watch() is not None and graphs.release_finished() == before + 2   # nothing posted yet
     graphs._libc.sem_post(sem_first)                              # the first graph was destroyed
-    assert graphs.held() == before + 1
+    assert graphs.release_finished() == before + 1
     gc.collect()
     assert watch() is None                                        # its buffer went back
     graphs._libc.sem_post(sem_second)
-    assert graphs.held() == before
+    assert graphs.release_finished() == before
 
 
 def test_holding_for_no_objects_asks_nothing_of_cuda():

@@ -105,14 +105,6 @@ class Plan:
 
     def __call__(self, x, out=None):
         if type(x) is self._ndarray and (out is None or type(out) is self._ndarray):
-            if self.direct and out is not None:   # the common planned call, checked inline
-                data, out_data = x.data, out.data
-                x_ptr, out_ptr = data.ptr, out_data.ptr
-                if (x.shape, x.dtype, x.strides, data.device_id) == self.x_key and out.strides == self.out_strides \
-                        and out.dtype == self.np_out and out.shape == self.out_shape \
-                        and out_data.device_id == self.x_key[3] and not (x_ptr % self.align_x or out_ptr % self.align_out):
-                    self._launch(x_ptr, out_ptr)
-                    return out
             return self._cupy_call(x, out)   # no torch operand: nothing to convert
         if self.direct and is_torch(x):
             done = self._torch_call(x, out)
@@ -151,31 +143,42 @@ class Plan:
 
     @torch_io(make_out=_torch_out)
     def _call(self, x, out=None):
-        if not self.direct:
-            return matmul(self.sw, x, out=out, **self.options)
         import cupy
 
         if not isinstance(x, cupy.ndarray):
             x = operands.as_device_array(x, "x")
-        if (x.shape, x.dtype, x.strides, x.data.device_id) != self.x_key:
-            raise ValueError(f"x is {x.shape} {x.dtype} with strides {x.strides} on device {x.device.id}; "
+        if out is not None and not isinstance(out, cupy.ndarray):
+            return matmul(self.sw, x, out=out, **self.options)   # cs.matmul names what is wrong with it
+        return self._cupy_call(x, out)
+
+    def _cupy_call(self, x, out=None):
+        """A call on a CuPy x (and out, or None): the direct launch where x and out are as
+        planned, else cs.matmul with the plan's options (it stages an offset view of x, or
+        an out of other strides or alignment, and names what is wrong with a wrong one)."""
+        if not self.direct:
+            return matmul(self.sw, x, out=out, **self.options)
+        data = x.data
+        if (x.shape, x.dtype, x.strides, data.device_id) != self.x_key:
+            raise ValueError(f"x is {x.shape} {x.dtype} with strides {x.strides} on device {data.device_id}; "
                              f"this plan was made for {self.x_key[0]} {self.x_key[1]} with strides "
                              f"{self.x_key[2]} on device {self.x_key[3]}: make another plan")
         if out is None:
-            with cupy.cuda.Device(self.x_key[3]):
-                out = cupy.empty(self.out_shape, dtype=self.np_out)
-        elif not (isinstance(out, cupy.ndarray) and out.shape == self.out_shape and out.dtype == self.np_out
-                  and out.strides == self.out_strides and out.data.device_id == self.x_key[3]
-                  and out.data.ptr % self.align_out == 0):
-            # an out of other strides or alignment: cs.matmul checks it (naming what is wrong
-            # with it) and stages what it must
+            out = self._new_out()
+        else:
+            out_data = out.data
+            if not (out.strides == self.out_strides and out.dtype == self.np_out and out.shape == self.out_shape
+                    and out_data.device_id == self.x_key[3] and out_data.ptr % self.align_out == 0):
+                return matmul(self.sw, x, out=out, **self.options)
+        if data.ptr % self.align_x:
             return matmul(self.sw, x, out=out, **self.options)
-        if x.data.ptr % self.align_x:   # an offset view of the planned shape: staged by cs.matmul
-            return matmul(self.sw, x, out=out, **self.options)
-        self._launch(x.data.ptr, out.data.ptr)
+        self._launch(data.ptr, out.data.ptr)
         return out
 
-    _cupy_call = _call.__wrapped__   # _call without torch_io's look for torch operands
+    def _new_out(self):
+        import cupy
+
+        with cupy.cuda.Device(self.x_key[3]):
+            return cupy.empty(self.out_shape, dtype=self.np_out)
 
     def _launch(self, x_ptr: int, out_ptr: int, stream=None) -> None:
         """The direct launch on `stream` (default: the current one)."""

@@ -58,9 +58,25 @@ def empty(nbytes: int, stream):
     import cupy
 
     if capturing(stream.ptr):
-        allocate = _torch_capture_allocator()
-        if allocate is not None:
-            return cupy.ndarray(nbytes, dtype=cupy.uint8, memptr=allocate(nbytes))
+        return _for_capture(nbytes, stream)
+    with stream:
+        return cupy.empty(nbytes, dtype=cupy.uint8)
+
+
+def held_empty(nbytes: int, stream):
+    """empty() for a stream known to be capturing, kept by the graph it captures."""
+    buffer = _for_capture(nbytes, stream)
+    _attach(stream.ptr, (buffer,))
+    return buffer
+
+
+def _for_capture(nbytes: int, stream):
+    """empty() under capture: torch's allocator where torch captures, else CuPy's pool."""
+    import cupy
+
+    allocate = _torch_capture_allocator()
+    if allocate is not None:
+        return cupy.ndarray(nbytes, dtype=cupy.uint8, memptr=allocate(nbytes))
     with stream:
         return cupy.empty(nbytes, dtype=cupy.uint8)
 
@@ -87,6 +103,12 @@ def hold(stream_ptr: int, *objects) -> bool:
     objects = tuple(o for o in objects if o is not None)
     if not objects or not capturing(stream_ptr):
         return False
+    _attach(stream_ptr, objects)
+    return True
+
+
+def _attach(stream_ptr: int, objects: tuple) -> None:
+    """Hand objects to the graph the stream is capturing (see hold)."""
     from cuda.bindings import driver
 
     release_finished()
@@ -103,7 +125,6 @@ def hold(stream_ptr: int, *objects) -> bool:
     _checked(driver.cuGraphRetainUserObject(graph, user_object, 1,
                                             driver.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE))
     keep(semaphore, objects)
-    return True
 
 
 def new_semaphore() -> int:
@@ -125,7 +146,8 @@ def keep(semaphore: int, objects) -> None:
 
 
 def release_finished() -> int:
-    """Drop what graphs that were destroyed kept; returns how many holds remain."""
+    """Drop what graphs that were destroyed kept; returns how many holds remain (the ones
+    graphs have not released yet)."""
     if not _held:
         return 0
     with _lock:
@@ -137,11 +159,6 @@ def release_finished() -> int:
                 alive.append((semaphore, objects))
         _held[:] = alive
         return len(alive)
-
-
-def held() -> int:
-    """How many holds graphs have not released yet (after dropping the released ones)."""
-    return release_finished()
 
 
 class Temporaries:

@@ -68,11 +68,11 @@ class KeptBuffers:
         "d") keeps the buffers one launch uses apart when their sizes are equal."""
         import cupy
 
-        if nbytes > KEEP_BYTES or graphs.capturing(stream.ptr):
-            # a graph being captured gets buffers of its own, which it keeps (graphs.hold)
-            buffer = graphs.empty(nbytes, stream)
-            graphs.hold(stream.ptr, buffer)
-            return buffer
+        if graphs.capturing(stream.ptr):   # a graph being captured gets buffers of its own, which it keeps
+            return graphs.held_empty(nbytes, stream)
+        if nbytes > KEEP_BYTES:
+            with stream:
+                return cupy.empty(nbytes, dtype=cupy.uint8)
         key = (stream.ptr, threading.get_ident(), nbytes, role)
         found = self._buffers.get(key)
         if found is None:
