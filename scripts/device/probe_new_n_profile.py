@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Where a new N's host time goes (GPU machine): scripts/bench_eager.py's new-N loop
+(cs.linear, 4096x4096 weight, N = 1..512 after one warm-up pass over the ranges), timed
+plainly (median per call), then again in a fresh weight's loop under cProfile (functions
+by own time and by cumulative time), and how each call found its plan (eager._entries
+hits, or plans made from a class sibling's)."""
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+import cutlass_sparse as cs  # noqa: E402
+from cutlass_sparse.api import eager  # noqa: E402
+
+NEW_N = range(1, 513)
+WARM = sorted({1} | {end - d for end in (16, 32, 64, 128, 256, 512) for d in (0, 1)})
+
+
+def loop(profile=None):
+    w = cs.prune_2to4(torch.randn(4096, 4096, device="cuda").half() * 0.02)
+    sw = cs.compress(w)
+    xs = {n: torch.randn(n, 4096, device="cuda").half() for n in NEW_N}
+    for n in WARM:
+        cs.linear(xs[n], sw)
+    for n in NEW_N:
+        torch.empty((n, 4096), device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    found = {"sibling": 0}
+    original = eager._for_n
+
+    def sibling(entry, key):
+        found["sibling"] += 1
+        return original(entry, key)
+    eager._for_n = sibling
+    times = []
+    if profile:
+        profile.enable()
+    for n in NEW_N:
+        start = time.perf_counter()
+        cs.linear(xs[n], sw)
+        times.append((time.perf_counter() - start) * 1e6)
+    if profile:
+        profile.disable()
+    eager._for_n = original
+    torch.cuda.synchronize()
+    return statistics.median(times), found
+
+
+def main():
+    if "--first" in sys.argv:   # the process's first loop under the profiler: every N's first call
+        profile = cProfile.Profile()
+        median, found = loop(profile)
+        print(f"new N under cProfile, first loop: {median:.1f} us median per call; siblings made: {found['sibling']}")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(40)
+        return
+    median, found = loop()
+    print(f"new N, plain: {median:.1f} us median per call; class siblings made: {found['sibling']}")
+    median, _ = loop()
+    print(f"new N, plain, a second weight: {median:.1f} us median per call")
+
+
+if __name__ == "__main__":
+    main()
