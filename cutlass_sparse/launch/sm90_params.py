@@ -166,35 +166,50 @@ class HostParams:
     the kernelParams array of the two arguments' addresses. The bytes as they arrived are
     never written: each record is a copy, patched (threads sharing a plan need no lock)."""
 
+    __slots__ = ("_layout", "_block")
+
     def __init__(self, params_bytes: bytes, offsets: tuple[int | None, ...]):
-        size = len(params_bytes)
-        self._null_at = -(-size // 8) * 8            # from_device, 8-byte aligned after Params
-        self._argv_at = self._null_at + 8
-        self._block = params_bytes + bytes(self._argv_at + _ARGV.size - size)
-        self._record = ctypes.c_char * len(self._block)
-        self._words = _words(offsets)
+        self._layout = layout = _layout(len(params_bytes), offsets)
+        self._block = params_bytes + layout.pad
 
     def record(self, pointers: tuple[int, ...]) -> tuple[int, ctypes.Array]:
         """(kernelParams address, the record holding it) for Params with these pointers;
         the record must outlive every launch that uses the address."""
-        record = self._record.from_buffer_copy(self._block)
-        for offset, i in self._words:
+        layout = self._layout
+        record = layout.type.from_buffer_copy(self._block)
+        for offset, i in layout.words:
             _WORD.pack_into(record, offset, pointers[i])
         address = ctypes.addressof(record)
-        _ARGV.pack_into(record, self._argv_at, address, address + self._null_at)
-        return address + self._argv_at, record
+        _ARGV.pack_into(record, layout.argv_at, address, address + layout.null_at)
+        return address + layout.argv_at, record
 
 
 _ARGV = struct.Struct("<2Q")
-_word_lists: dict[tuple, list] = {}
 
 
-def _words(offsets: tuple[int | None, ...]) -> list[tuple[int, int]]:
-    """(offset, pointer index) of each mapped pointer (kept per map)."""
-    words = _word_lists.get(offsets)
-    if words is None:
-        words = _word_lists[offsets] = [(offset, i) for i, offset in enumerate(offsets) if offset is not None]
-    return words
+class _Layout:
+    """What the records of one Params size and pointer map share (every N of a kernel's
+    range): worked out once, not at each new N's first call."""
+
+    __slots__ = ("type", "null_at", "argv_at", "pad", "words")
+
+    def __init__(self, size: int, offsets: tuple[int | None, ...]):
+        self.null_at = -(-size // 8) * 8        # from_device, 8-byte aligned after Params
+        self.argv_at = self.null_at + 8
+        self.pad = bytes(self.argv_at + _ARGV.size - size)
+        self.type = ctypes.c_char * (size + len(self.pad))
+        # (offset, pointer index) of each mapped pointer
+        self.words = tuple((offset, i) for i, offset in enumerate(offsets) if offset is not None)
+
+
+_layouts: dict[tuple, _Layout] = {}
+
+
+def _layout(size: int, offsets: tuple[int | None, ...]) -> _Layout:
+    found = _layouts.get((size, offsets))
+    if found is None:
+        found = _layouts[size, offsets] = _Layout(size, offsets)
+    return found
 
 
 def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None:

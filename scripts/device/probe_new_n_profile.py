@@ -3,8 +3,10 @@
 (cs.linear, 4096x4096 weight, N = 1..512 after one warm-up pass over the ranges), timed
 plainly (median per call), then again in a fresh weight's loop under cProfile (functions
 by own time and by cumulative time), and how each call found its plan (eager._entries
-hits, or plans made from a class sibling's)."""
+hits, or plans made from a class sibling's). --stages takes a first call's cost apart;
+--gc-off runs with Python's garbage collector off."""
 import cProfile
+import gc
 import pstats
 import statistics
 import sys
@@ -52,7 +54,42 @@ def loop(profile=None):
     return statistics.median(times), found
 
 
+def split(sw, xs):
+    """Median us per call over NEW_N (p10, p90) with these x tensors."""
+    times = []
+    for n in NEW_N:
+        start = time.perf_counter()
+        cs.linear(xs[n], sw)
+        times.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    q = statistics.quantiles(times, n=10)
+    return f"{statistics.median(times):5.1f} us median (p10 {q[0]:.1f}, p90 {q[-1]:.1f})"
+
+
+def stages():
+    """The first-use cost taken apart: every N's first call; the same N with x at new
+    addresses (host Params known, a new pointer set); the same calls again (all known)."""
+    w = cs.prune_2to4(torch.randn(4096, 4096, device="cuda").half() * 0.02)
+    sw = cs.compress(w)
+    xs = {n: torch.randn(n, 4096, device="cuda").half() for n in NEW_N}
+    for n in WARM:
+        cs.linear(xs[n], sw)
+    for n in NEW_N:
+        torch.empty((n, 4096), device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    print("first call of each N:      ", split(sw, xs))
+    others = {n: torch.randn(n, 4096, device="cuda").half() for n in NEW_N}
+    torch.cuda.synchronize()
+    print("known N, x at new address: ", split(sw, others))
+    print("known N, known x:          ", split(sw, others))
+
+
 def main():
+    if "--gc-off" in sys.argv:
+        gc.disable()
+    if "--stages" in sys.argv:
+        stages()
+        return
     if "--first" in sys.argv:   # the process's first loop under the profiler: every N's first call
         profile = cProfile.Profile()
         median, found = loop(profile)
