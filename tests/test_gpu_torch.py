@@ -83,3 +83,29 @@ def test_plan_cache_hit_after_buffers_are_freed_and_reallocated(family):
         assert float(cupy.linalg.norm(y.astype(cupy.float32) - ref) / cupy.linalg.norm(ref)) < 2e-2
         del x, y, spacer
         cupy.get_default_memory_pool().free_all_blocks()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_what_a_torch_call_allocates_comes_from_torchs_allocator(family):
+    """The padded D of an odd N (sm90) or the staged copy of an offset view, first call and
+    repeated: no block of CuPy's pool is held after the call, torch's allocator holds the
+    result, and the results are right."""
+    import cupy
+
+    family_ok(family)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    w = cs.prune_2to4(torch.randn(512, 1024, device="cuda", generator=g).half())
+    sw = cs.compress(w, layout=family)
+    wide = torch.randn(1024, 16, device="cuda", generator=g).half()
+    pool = cupy.get_default_memory_pool()
+    for x in (torch.randn(1024, 7, device="cuda", generator=g).half(), wide[:, 3:10]):   # odd N; an offset view
+        for _ in range(2):   # the full path, then the eager one
+            torch.cuda.synchronize()
+            cupy_before, torch_before = pool.used_bytes(), torch.cuda.memory_allocated()
+            y = cs.matmul(sw, x)
+            torch.cuda.synchronize()
+            assert isinstance(y, torch.Tensor) and y.shape == (512, 7)
+            assert pool.used_bytes() == cupy_before, "CuPy's pool holds memory after a torch call"
+            assert torch.cuda.memory_allocated() - torch_before >= 512 * 7 * 2, "D is not in torch's allocator"
+            assert relative_error(y, w.float() @ x.float()) < 2e-2
+            del y

@@ -30,7 +30,7 @@ import numpy as np
 from ..describe import dtypes, selection
 from ..describe.problem import Operand
 from ..formats.matrices import SparseMatrix
-from ..launch import graphs
+from ..launch import graphs, torch_memory
 from ..plan import plans
 from ..plan import records
 from . import interop, operands
@@ -354,9 +354,10 @@ def torch_run(entry: Entry, sw, x, out):
     if plan.direct and not problem.epilogue.reads_c:
         plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream)
     elif plan.family == "sm90" and not problem.epilogue.reads_c:
-        plan.launch_staged(sw, x.data_ptr(), out.data_ptr(), stream)
+        with torch_memory.using(index):   # staging buffers from torch's allocator
+            plan.launch_staged(sw, x.data_ptr(), out.data_ptr(), stream)
     else:
-        with stream, graphs.Temporaries(stream):
+        with stream, torch_memory.using(index), graphs.Temporaries(stream):
             plan.run(sw, interop.to_array(x), interop.to_array(out), None, None)
     return out
 

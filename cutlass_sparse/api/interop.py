@@ -1,5 +1,6 @@
 """torch in, torch out. A call that gets a torch tensor anywhere runs on CuPy views of
-the tensors (DLPack, no copy), on torch's current stream for that device, and returns
+the tensors (DLPack, no copy), on torch's current stream for that device, with what it
+allocates for itself drawn from torch's allocator (launch.torch_memory), and returns
 torch tensors (the caller's own `out` where one was given). torch is imported only when
 a torch tensor is passed; torch.float16 / torch.bfloat16 / torch.float32 / torch.int8
 map to f16 / bf16 / f32 (tf32) / s8.
@@ -12,6 +13,7 @@ import threading
 import numpy as np
 
 from ..describe.dtypes import bfloat16
+from ..launch import torch_memory
 
 
 def is_torch(obj) -> bool:
@@ -157,11 +159,12 @@ def _call_with_torch(fn, args, kwargs):
         import cupy
 
         index = cuda.device.index
+        # on torch's stream, and what the call allocates comes from torch's allocator
         if cupy.cuda.runtime.getDevice() == index:
-            with torch_stream(index):
+            with torch_stream(index), torch_memory.using(index):
                 result = fn(*args, **kwargs)
         else:
-            with cupy.cuda.Device(index), torch_stream(index):
+            with cupy.cuda.Device(index), torch_stream(index), torch_memory.using(index):
                 result = fn(*args, **kwargs)
     for tensor in tensors:   # the caller's own tensor (out=), not a new view of it
         if converted[id(tensor)] is result:

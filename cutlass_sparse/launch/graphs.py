@@ -16,8 +16,9 @@ held call, which costs nothing."""
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
+
+from . import torch_memory
 
 _SEM_BYTES = 64   # glibc's sem_t is 32 bytes on x86-64 and aarch64; room to spare
 
@@ -74,27 +75,11 @@ def _for_capture(nbytes: int, stream):
     """empty() under capture: torch's allocator where torch captures, else CuPy's pool."""
     import cupy
 
-    allocate = _torch_capture_allocator()
+    allocate = torch_memory.capture_allocator()
     if allocate is not None:
         return cupy.ndarray(nbytes, dtype=cupy.uint8, memptr=allocate(nbytes))
     with stream:
         return cupy.empty(nbytes, dtype=cupy.uint8)
-
-
-def _torch_capture_allocator():
-    """A CuPy allocator drawing on torch's, if torch is capturing on its current stream; else None."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_current_stream_capturing():
-        return None
-    import cupy
-
-    device = torch.cuda.current_device()
-
-    def allocate(nbytes):
-        tensor = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
-        return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(tensor.data_ptr(), nbytes, tensor, device), 0)
-
-    return allocate
 
 
 def hold(stream_ptr: int, *objects) -> bool:
@@ -180,7 +165,7 @@ class Temporaries:
         if capturing(self._stream_ptr):
             import cupy
 
-            made, base = [], _torch_capture_allocator() or cupy.cuda.get_allocator()
+            made, base = [], torch_memory.capture_allocator() or cupy.cuda.get_allocator()
 
             def allocate(nbytes):
                 memory = base(nbytes)
