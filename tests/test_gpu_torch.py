@@ -109,3 +109,24 @@ def test_what_a_torch_call_allocates_comes_from_torchs_allocator(family):
             assert torch.cuda.memory_allocated() - torch_before >= 512 * 7 * 2, "D is not in torch's allocator"
             assert relative_error(y, w.float() @ x.float()) < 2e-2
             del y
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_plan_serves_torch_operands_it_cannot_launch_directly(family):
+    """An x of the planned shape and strides at an address the kernel cannot read (one
+    element in), with and without out: the plan stages it (cs.matmul's path) and returns
+    torch; an x of another shape is refused, naming the plan's."""
+    family_ok(family)
+    g = torch.Generator(device="cuda").manual_seed(6)
+    w = cs.prune_2to4(torch.randn(256, 512, device="cuda", generator=g).half())
+    sw = cs.compress(w, layout=family)
+    p = cs.plan(sw, torch.randn(512, 48, device="cuda", generator=g).half())
+    flat = torch.randn(512 * 48 + 1, device="cuda", generator=g).half()
+    x = flat[1:].view(512, 48)   # planned shape and strides, 2 bytes past an aligned address
+    ref = w.float() @ x.float()
+    y = p(x)
+    assert isinstance(y, torch.Tensor) and y.shape == (256, 48) and relative_error(y, ref) < 2e-2
+    out = torch.empty(256, 48, device="cuda", dtype=torch.float16)
+    assert p(x, out=out) is out and relative_error(out, ref) < 2e-2
+    with pytest.raises(ValueError, match="make another plan"):
+        p(torch.randn(512, 40, device="cuda", generator=g).half(), out=out)

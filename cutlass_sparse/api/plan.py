@@ -110,7 +110,7 @@ class Plan:
             done = self._torch_call(x, out)
             if done is not None:
                 return done
-        return self._call(x, out)
+        return self._call(x, out=out)   # by keyword: torch_io's make_out looks for it
 
     def _torch_wanted(self) -> tuple:
         """What a torch x and out must be for a direct call: the plan's x and out as
@@ -148,7 +148,9 @@ class Plan:
         if not isinstance(x, cupy.ndarray):
             x = operands.as_device_array(x, "x")
         if out is not None and not isinstance(out, cupy.ndarray):
-            return matmul(self.sw, x, out=out, **self.options)   # cs.matmul names what is wrong with it
+            if self.direct:
+                self._check_x(x)
+            return matmul(self.sw, x, out=out, **self.options)   # cs.matmul names what is wrong with out
         return self._cupy_call(x, out)
 
     def _cupy_call(self, x, out=None):
@@ -159,9 +161,7 @@ class Plan:
             return matmul(self.sw, x, out=out, **self.options)
         data = x.data
         if (x.shape, x.dtype, x.strides, data.device_id) != self.x_key:
-            raise ValueError(f"x is {x.shape} {x.dtype} with strides {x.strides} on device {data.device_id}; "
-                             f"this plan was made for {self.x_key[0]} {self.x_key[1]} with strides "
-                             f"{self.x_key[2]} on device {self.x_key[3]}: make another plan")
+            self._check_x(x)
         if out is None:
             out = self._new_out()
         else:
@@ -173,6 +173,13 @@ class Plan:
             return matmul(self.sw, x, out=out, **self.options)
         self._launch(data.ptr, out.data.ptr)
         return out
+
+    def _check_x(self, x) -> None:
+        """A direct plan serves x of its example's shape, dtype, strides and device only."""
+        if (x.shape, x.dtype, x.strides, x.data.device_id) != self.x_key:
+            raise ValueError(f"x is {x.shape} {x.dtype} with strides {x.strides} on device {x.data.device_id}; "
+                             f"this plan was made for {self.x_key[0]} {self.x_key[1]} with strides "
+                             f"{self.x_key[2]} on device {self.x_key[3]}: make another plan")
 
     def _new_out(self):
         import cupy

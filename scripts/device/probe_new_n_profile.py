@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Where a new N's host time goes (GPU machine): scripts/bench_eager.py's new-N loop
-(cs.linear, 4096x4096 weight, N = 1..512 after one warm-up pass over the ranges), timed
-plainly (median per call), then again in a fresh weight's loop under cProfile (functions
-by own time and by cumulative time), and how each call found its plan (eager._entries
-hits, or plans made from a class sibling's). --stages takes a first call's cost apart;
---gc-off runs with Python's garbage collector off."""
+"""Where a new N's host time goes (GPU machine), in scripts/bench_eager.py's new-N loop
+(cs.linear, 4096x4096 weight, N = 1..512 after one warm-up pass over the ranges):
+  (no option)  the loop timed plainly, twice in one process (median per call; the second
+               weight's calls find their pointers known), and how many plans were made from
+               a class sibling's (eager._for_n) instead of found
+  --first      the process's first loop under cProfile, by own time
+  --stages     a first call's cost taken apart: every N's first call, a known N with x at a
+               new address, then the same calls again
+  --gc-off     with Python's garbage collector off"""
 import cProfile
 import gc
 import pstats
