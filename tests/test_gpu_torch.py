@@ -128,5 +128,6 @@ def test_a_plan_serves_torch_operands_it_cannot_launch_directly(family):
     assert isinstance(y, torch.Tensor) and y.shape == (256, 48) and relative_error(y, ref) < 2e-2
     out = torch.empty(256, 48, device="cuda", dtype=torch.float16)
     assert p(x, out=out) is out and relative_error(out, ref) < 2e-2
+    assert p.direct   # what the refusal below is about: a direct plan serves its own x's shape only
     with pytest.raises(ValueError, match="make another plan"):
         p(torch.randn(512, 40, device="cuda", generator=g).half(), out=out)
