@@ -354,8 +354,7 @@ def torch_run(entry: Entry, sw, x, out):
     if plan.direct and not problem.epilogue.reads_c:
         plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream)
     elif plan.family == "sm90" and not problem.epilogue.reads_c:
-        with torch_memory.using(index):   # staging buffers from torch's allocator
-            plan.launch_staged(sw, x.data_ptr(), out.data_ptr(), stream)
+        plan.launch_staged(sw, x.data_ptr(), out.data_ptr(), stream, allocate=torch_memory.allocator(index))
     else:
         with stream, torch_memory.using(index), graphs.Temporaries(stream):
             plan.run(sw, interop.to_array(x), interop.to_array(out), None, None)

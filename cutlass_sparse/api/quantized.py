@@ -22,6 +22,8 @@ the host (round to nearest even), torch input on the GPU with torch's own roundi
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..describe import dtypes
@@ -30,7 +32,7 @@ from ..describe.problem import Epilogue, Operand, Problem, alignment_class
 from ..formats.matrices import SparseMatrix
 from ..formats.patterns import LAYOUT_SM90
 from ..formats.quantize import LARGEST, quantize
-from ..launch import device, graphs, sm90_compress
+from ..launch import device, graphs, sm90_compress, torch_memory
 from ..plan import plans
 from . import operands
 from .interop import is_torch, to_array, torch_dtype, torch_stream
@@ -202,8 +204,10 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
         scale_ptrs = (sw.scales.data.ptr, scales.data.ptr)
     device_id = x.device.id
     stream = torch_stream(device_id) if torch_in else cupy.cuda.get_current_stream()
-    # copies and buffers in the launching stream's order, kept by a graph it may be capturing
-    with stream, graphs.Temporaries(stream):
+    # copies and buffers in the launching stream's order (from torch's allocator for torch
+    # operands), kept by a graph it may be capturing
+    with stream, torch_memory.using(device_id) if torch_in else contextlib.nullcontext(), \
+            graphs.Temporaries(stream):
         row_bias = None if bias is None else _bias(bias, m)
         scale_ptrs += (0 if row_bias is None else row_bias.data.ptr,)
         kernel_k = sw.padded_k or k

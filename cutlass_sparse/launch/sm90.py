@@ -204,14 +204,15 @@ class Sm90Plan:
         (a CuPy stream; default the current one)."""
         self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream, scales), stream)
 
-    def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
+    def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS, allocate=None) -> None:
         """run() from the caller's pointers, x and D laid out as the Problem says (C
         unread), on `stream` (default: the current one): x copied into an aligned buffer,
         D written to one and copied out, as the plan stages them. Where the Problem has no
         out (the library allocates D), d_ptr is D in rows of the plan's leading dimension,
         written in place. Decode-sized buffers are kept per stream and thread
-        (staging.KeptBuffers), larger ones come from the stream's pool: either way a
-        repeated call gets the same ones and finds its Params built."""
+        (staging.KeptBuffers), larger ones come from the stream's pool (or `allocate`, a
+        CuPy allocator: torch's for a torch call): either way a repeated call gets the same
+        ones and finds its Params built."""
         import cupy
 
         stream = stream or cupy.cuda.get_current_stream()
@@ -220,12 +221,12 @@ class Sm90Plan:
         x_row, d_row = p.layout_b == "row", self.layout_c == "row"
         if self.stage_x:   # rows of N (row-major) or columns of K, in pitch k.x.ld
             lines, width = (p.k, p.n * item) if x_row else (p.n, p.k * item)
-            x_buffer = self._staging.get((p.k if x_row else self.n_k) * k.x.ld * item, stream, "x")
+            x_buffer = self._staging.get((p.k if x_row else self.n_k) * k.x.ld * item, stream, "x", allocate)
             copy_lines(x_buffer.data.ptr, k.x.ld * item, x_ptr, p.x.ld * item, width, lines, stream)
             x_ptr = x_buffer.data.ptr
         kernel_d = d_ptr
         if self.stage_out and p.out is not None:
-            d_buffer = self._staging.get((p.m if d_row else self.n_k) * self.ldd * out_item, stream, "d")
+            d_buffer = self._staging.get((p.m if d_row else self.n_k) * self.ldd * out_item, stream, "d", allocate)
             kernel_d = d_buffer.data.ptr
         self.launch(self.ready(sw, (x_ptr, kernel_d, kernel_d), None, stream, scales), stream)
         if kernel_d != d_ptr:

@@ -63,21 +63,28 @@ class KeptBuffers:
     def __init__(self):
         self._buffers: dict[tuple, object] = {}
 
-    def get(self, nbytes: int, stream, role: str):
+    def get(self, nbytes: int, stream, role: str, allocate=None):
         """A device buffer of nbytes for work on `stream` (a CuPy stream); `role` ("x",
-        "d") keeps the buffers one launch uses apart when their sizes are equal."""
-        import cupy
-
+        "d") keeps the buffers one launch uses apart when their sizes are equal. allocate:
+        a CuPy allocator to draw new buffers from (torch's, for a torch call), else the
+        stream's pool."""
         if graphs.capturing(stream.ptr):   # a graph being captured gets buffers of its own, which it keeps
             return graphs.held_empty(nbytes, stream)
         if nbytes > KEEP_BYTES:
-            with stream:
-                return cupy.empty(nbytes, dtype=cupy.uint8)
+            return _new(nbytes, stream, allocate)
         key = (stream.ptr, threading.get_ident(), nbytes, role)
         found = self._buffers.get(key)
         if found is None:
             if len(self._buffers) >= MAX_KEPT:
                 self._buffers = {}
-            with stream:
-                found = self._buffers[key] = cupy.empty(nbytes, dtype=cupy.uint8)
+            found = self._buffers[key] = _new(nbytes, stream, allocate)
         return found
+
+
+def _new(nbytes: int, stream, allocate=None):
+    import cupy
+
+    if allocate is not None:
+        return cupy.ndarray(nbytes, dtype=cupy.uint8, memptr=allocate(nbytes))
+    with stream:
+        return cupy.empty(nbytes, dtype=cupy.uint8)
