@@ -69,7 +69,7 @@ def test_a_range_comes_back_in_one_copy():
             self.buffer = ctypes.create_string_buffer(data, len(data))
             self.done = False
 
-        def landed(self):
+        def landed(self, stream=None):
             return ctypes.addressof(self.buffer) if self.done else None
 
     slots = [bytes([i]) * 40 for i in range(3)]

@@ -275,7 +275,7 @@ class Sm90Plan:
         if host is None:
             offsets = sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id))
             made = self._templates.get(nulls) or (offsets and sm90_params.template(self._host_key(pointers, scales)))
-            params_bytes = made.arrived() if offsets and made else None
+            params_bytes = made.arrived(stream) if offsets and made else None
             if params_bytes is None:
                 return None
             host = self._host_params[nulls] = sm90_params.HostParams(params_bytes, offsets)   # kept by the plan

@@ -106,11 +106,16 @@ class Copy:
         self._event = cupy.cuda.Event(disable_timing=True)
         self._event.record(stream)
 
-    def landed(self) -> int | None:
-        """The host address of the copy once it has landed (never waits), else None."""
+    def landed(self, stream=None) -> int | None:
+        """The host address of the copy once it has landed (never waits), else None; None
+        while `stream` (the launching CuPy stream; default the current one) captures a
+        graph: an event query there would invalidate the capture (torch captures in global
+        mode)."""
         event = self._event   # another thread may clear it meanwhile
         if event is not None:
-            if not event.done:
+            import cupy
+
+            if graphs.capturing((stream or cupy.cuda.get_current_stream()).ptr) or not event.done:
                 return None
             self._event = self._device = None
         return self._host.ptr
@@ -123,11 +128,11 @@ class Template:
         self._copy, self._offset, self.nbytes = copy, offset, nbytes
         self.bytes = None
 
-    def arrived(self) -> bytes | None:
-        """The Params once the copy has landed (never waits), else None."""
+    def arrived(self, stream=None) -> bytes | None:
+        """The Params once the copy has landed (never waits), else None (see Copy.landed)."""
         if self.bytes is None:
             copy = self._copy   # another thread may clear it meanwhile
-            host = None if copy is None else copy.landed()
+            host = None if copy is None else copy.landed(stream)
             if host is not None:
                 self.bytes = ctypes.string_at(host + self._offset, self.nbytes)
                 self._copy = None   # the last Template of a Copy to arrive frees its pinned memory
