@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true",
                    help="time every catalog candidate first (checked against dense), record the winner, use it "
                         "(GPU)")
+    p.add_argument("--no-stand-in", action="store_true",
+                   help="on a cold cache, wait for the sm90 kernels to compile (a minute or two) instead of "
+                        "running the sm80 family meanwhile while they compile in a background process")
     p.add_argument("--repeats", type=types.positive_int, default=20, help="calls per timed CUDA graph")
     p.add_argument("--seed", type=int, default=0)
 
@@ -100,28 +103,52 @@ def problem_of(args, family: str, target: str, sm_count: int | None = None) -> P
     return dataclasses.replace(problem, split_k=args.split_k, split_k_mode=args.split_k_mode)
 
 
-def compile_side_by_side(problem: Problem, config=None) -> None:
-    """Compile the sm90 compressor and GEMM a run needs in two worker processes when both
-    are missing, so a first run waits for the GEMM's compile only, not for both in turn
-    (NVRTC holds the GIL: threads would not overlap). sm80 kernels compile in seconds."""
+def missing_sm90_kernels(problem: Problem, config=None) -> list:
+    """The (kernel, arch) pairs an sm90 run of problem needs (its compressor and GEMM) that
+    the cache lacks; [] for other families, or where compiling is forbidden."""
     from .. import env
-    from ..build import kernels, warmup
+    from ..build import kernels
     from ..describe.description import CompressorConfig
     from ..plan import plans
 
     if problem.family != "sm90" or env.compile_disabled():
-        return
+        return []
     wanted = [(CompressorConfig(problem.element), types.SM90_TARGET)]
     try:
         asked = kernels.first_asked(lambda: plans.make(problem, config))
     except ValueError:   # refused: needed_kernels or the run reports it
-        return
+        return []
     if asked is not None:
         wanted.append(asked)
-    missing = [(c, kernels.normalize_arch(a)) for c, a in wanted if not kernels.cached(c, a)]
+    return [(c, kernels.normalize_arch(a)) for c, a in wanted if not kernels.cached(c, a)]
+
+
+def compile_side_by_side(problem: Problem, config=None) -> None:
+    """Compile the sm90 compressor and GEMM a run needs in two worker processes when both
+    are missing, so a first run waits for the GEMM's compile only, not for both in turn
+    (NVRTC holds the GIL: threads would not overlap). sm80 kernels compile in seconds."""
+    from ..build import warmup
+
+    missing = missing_sm90_kernels(problem, config)
     if len(missing) > 1:
         log.info("compiling %d kernels side by side", len(missing))
         warmup.compile_all(missing, jobs=len(missing))
+
+
+def stand_in(problem: Problem) -> str | None:
+    """On a cold cache, start the sm90 kernels' compile in a detached process and say what
+    this run does meanwhile (the sm80 family, whose kernels compile in seconds); None
+    where the sm90 kernels are cached, cannot be kept, or compiling is forbidden."""
+    from ..build import background
+
+    missing = missing_sm90_kernels(problem)
+    if not missing or not background.can_start():
+        return None
+    pid, log_path = background.start(missing)
+    kinds = " and ".join("compressor" if c.family == "sm90_compressor" else "GEMM" for c, _ in missing)
+    started = f"started in a background process (pid {pid})" if pid else "compiling in another process already"
+    return (f"sm80 family stand-in: the sm90 {kinds} {started}, about 1-2 minutes, log {log_path}; later runs "
+            f"use them (--no-stand-in waits instead)")
 
 
 def needed_kernels(problem: Problem, config=None) -> list:
@@ -194,9 +221,16 @@ def run_on_gpu(args, config=None) -> int:
     from ..profiler.tune import format_table
 
     gpu = cupy.cuda.Device()
+    layout, standing_in = args.family, None
     if (args.family or ("sm90" if gpu.compute_capability == "90" else "sm80")) == "sm90":
-        compile_side_by_side(problem_of(args, "sm90", types.SM90_TARGET, gpu.attributes["MultiProcessorCount"]),
-                             config)
+        problem = problem_of(args, "sm90", types.SM90_TARGET, gpu.attributes["MultiProcessorCount"])
+        if args.family is None and config is None and not (args.profile or args.no_stand_in):
+            standing_in = stand_in(problem)
+        if standing_in:
+            layout = "sm80"
+            log.info("%s", standing_in)
+        else:
+            compile_side_by_side(problem, config)
 
     rng = np.random.default_rng(args.seed)
     np_dtype = dtypes.numpy_dtype(args.dtype)
@@ -204,7 +238,7 @@ def run_on_gpu(args, config=None) -> int:
     x_host = rng.standard_normal((args.k, args.n), dtype=np.float32).astype(np_dtype)
     x = cupy.asarray(x_host) if args.layout_b == "row" else cupy.asfortranarray(cupy.asarray(x_host))
     w = cs.prune_2to4(w)
-    sw = cs.compress(w, layout=args.family)
+    sw = cs.compress(w, layout=layout)
 
     if args.profile:
         log.info("profiling %d x %d x %d ...", args.m, args.n, args.k)
@@ -245,6 +279,8 @@ def run_on_gpu(args, config=None) -> int:
           f"activation {args.activation})")
     compile_text = "from cache" if info["from_cache"] else f"compiled, {info['compile_seconds']:.2f} s"
     print(f"kernel        {compile_text}; first call {first_call * 1e3:.1f} ms")
+    if standing_in:
+        print(f"stand-in      {standing_in}")
     print(f"sparse        {t_sparse:.4f} ms  {flops / t_sparse / 1e9:8.1f} TFLOP/s")
     print(f"dense cuBLAS  {t_dense:.4f} ms  {flops / t_dense / 1e9:8.1f} TFLOP/s")
     print(f"ratio         {t_dense / t_sparse:.3f}x dense (>1 is faster); kernel-only: median of 15 "

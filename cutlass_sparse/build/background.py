@@ -1,0 +1,110 @@
+"""Compile kernels in a detached process that outlives its caller.
+
+A first run on a cold cache can run a kernel that compiles in seconds while the one it
+would rather run (an sm90 GEMM: a minute or two of NVRTC) compiles here; later runs find
+it cached (cli.run). One lock file per kernel, beside the cache, is held (flock) for as
+long as its compile runs, so a second run sees the compile under way instead of
+starting it again, and a crashed compile leaves no stale claim (the kernel drops the
+lock with the process).
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .. import trust
+from .cache import default_cache
+
+LOCK_DIR = "compiling"      # beside compiled_cache.db: <dir>/compiling/<kernel>.lock, and the log
+
+
+def _lock_dir() -> Path:
+    return trust.private_dir(default_cache().path.parent / LOCK_DIR)
+
+
+def _lock_file(config, arch: str) -> Path:
+    digest = hashlib.sha256(json.dumps([config.to_json(), arch], sort_keys=True).encode()).hexdigest()[:24]
+    return _lock_dir() / f"{digest}.lock"
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding path's lock, or None while another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def under_way(config, arch: str) -> bool:
+    """Whether some process is compiling this kernel now (holds its lock)."""
+    fd = _try_lock(_lock_file(config, arch))
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+def can_start() -> bool:
+    """Whether a detached compile could keep its result: the writable cache's directory is ours to write."""
+    try:
+        cache = default_cache()
+    except Exception:
+        return False
+    return not cache.read_only and os.access(cache.path.parent, os.W_OK)
+
+
+def start(items: list[tuple[object, str]]) -> tuple[int | None, Path]:
+    """Start one detached process compiling the (config, arch) items not already under way.
+
+    Returns its pid (None where every item was under way already) and its log."""
+    directory = _lock_dir()
+    log_path = directory / "background.log"
+    todo = [(c, a) for c, a in items if not under_way(c, a)]
+    if not todo:
+        return None, log_path
+    job = trust.write_new_file(directory, f"job-{os.getpid()}-{time.time_ns()}.json",
+                               json.dumps([[c.to_json(), a] for c, a in todo]).encode())
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        process = subprocess.Popen([sys.executable, "-m", __name__, str(job)], stdin=subprocess.DEVNULL,
+                                   stdout=log_fd, stderr=subprocess.STDOUT, start_new_session=True,
+                                   close_fds=True, env=os.environ.copy())
+    finally:
+        os.close(log_fd)
+    return process.pid, log_path
+
+
+def _run(job: Path) -> int:
+    """In the detached process: take each kernel's lock, compile what was taken, report."""
+    import logging
+
+    from . import warmup
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    items = [(warmup._config_from_json(c), a) for c, a in json.loads(job.read_text())]
+    job.unlink(missing_ok=True)
+    held = []
+    for config, arch in items:
+        fd = _try_lock(_lock_file(config, arch))
+        if fd is not None:         # else another process compiles it
+            held.append(((config, arch), fd))
+    failed = 0
+    for name, arch, state, seconds in warmup.compile_all([item for item, _ in held], jobs=max(len(held), 1)):
+        print(f"{time.strftime('%H:%M:%S')} {state} {name} for {arch} in {seconds:.1f} s", flush=True)
+        failed += state.startswith("failed")
+    for _, fd in held:
+        os.close(fd)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_run(Path(sys.argv[1])))
