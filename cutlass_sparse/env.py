@@ -139,6 +139,12 @@ def compile_disabled() -> bool:
     return os.environ.get("CUTLASS_SPARSE_NO_COMPILE", "") not in ("", "0")
 
 
+def stand_in_allowed() -> bool:
+    """CUTLASS_SPARSE_STAND_IN=0: a default-family call that needs an sm90 GEMM the cache
+    lacks waits for its compile instead of running the sm80 family meanwhile (plan.stand_in)."""
+    return os.environ.get("CUTLASS_SPARSE_STAND_IN", "1") != "0"
+
+
 def programmatic_launch() -> bool:
     """CUTLASS_SPARSE_PDL=0 launches every sm90 GEMM in plain stream order (launch.pdl)."""
     return os.environ.get("CUTLASS_SPARSE_PDL", "1") != "0"

@@ -69,14 +69,13 @@ def test_lock_file_is_not_followed_through_a_link(cache_env, config):
     assert target.read_text() == "keep"
 
 
-def test_cold_sm90_run_stands_in_and_starts_both_kernels(cache_env, monkeypatch):
+def test_cold_sm90_run_stands_in_and_starts_the_gemm(cache_env, monkeypatch):
     started = []
     monkeypatch.setattr(background, "start", lambda items: started.append(items) or (4242, cache_env / "log"))
     problem = Problem.contiguous("sm90", 4096, 4096, 4096, element="f16", arch="sm_90", sm_count=132)
     text = run.stand_in(problem)
-    assert text.startswith("sm80 family stand-in: the sm90 compressor and GEMM started in a background "
-                           "process (pid 4242)")
-    assert [c.family for c, _ in started[0]] == ["sm90_compressor", "sm90"]
+    assert text.startswith("sm80 family stand-in: the sm90 GEMM started in a background process (pid 4242)")
+    assert [c.family for c, _ in started[0]] == ["sm90"]
     assert {a for _, a in started[0]} == {"sm_90a"}
 
 

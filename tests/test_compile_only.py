@@ -11,7 +11,7 @@ from cutlass_sparse.describe.problem import Problem
 from cutlass_sparse.plan import plans
 
 
-@pytest.mark.parametrize("family, n, expected", [("sm90", 4096, 2), ("sm90", 7, 2), ("sm80", 64, 1)])
+@pytest.mark.parametrize("family, n, expected", [("sm90", 4096, 1), ("sm90", 7, 1), ("sm80", 64, 1)])
 def test_needed_kernels_of_each_family(family, n, expected):
     asked = []
 
@@ -27,27 +27,6 @@ def test_needed_kernels_of_each_family(family, n, expected):
     plans.clear()   # the plans hold stand-in kernels
     assert len(found) == expected and all(isinstance(k, kernels.CompiledKernel) for k in found)
     assert {arch for _, arch in asked} == {"sm_90a" if family == "sm90" else "sm_80"}
-
-
-def test_a_first_sm90_run_compiles_compressor_and_gemm_side_by_side(monkeypatch):
-    # Both missing: one compile_all call with both kernels and two workers, so the first
-    # run waits for the GEMM alone (NVRTC holds the GIL: threads would not overlap).
-    from cutlass_sparse.build import warmup
-    from cutlass_sparse.describe.description import CompressorConfig
-
-    calls = []
-    monkeypatch.setattr(kernels, "cached", lambda config, arch, cache=None: False)
-    monkeypatch.setattr(warmup, "compile_all", lambda items, arch=None, jobs=None, progress=None: calls.append(
-        (items, jobs)))
-    args = argparse.Namespace(m=4096, n=4096, k=4096, dtype="f16", out_dtype=None, layout_b="row",
-                              activation="identity", sm_count=132, split_k=None, split_k_mode=None)
-    run.compile_side_by_side(run.problem_of(args, "sm90", "sm_90a"))
-    (items, jobs), = calls
-    assert jobs == 2 and items[0] == (CompressorConfig("f16"), "sm_90a")
-    assert items[1][0].family == "sm90" and items[1][1] == "sm_90a"
-    calls.clear()
-    run.compile_side_by_side(run.problem_of(args, "sm80", "sm_80"))   # sm80: seconds, nothing to overlap
-    assert calls == []
 
 
 def test_a_scaled_plan_packs_its_scale_pointers():

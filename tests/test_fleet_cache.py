@@ -116,7 +116,7 @@ def test_preset_lists_what_default_selection_picks():
     assert len(items) == len(set(items))
     names = {c.name for c, _ in items}
     assert {a for _, a in items} == {"sm_80", "sm_90a"}
-    assert any("compressor" in c.family for c, a in items if a == "sm_90a")
+    assert not any("compressor" in c.family for c, _ in items)   # cs.compress encodes in Python
     for n in (1, 7, 16, 100, 4096, 8192):        # any N, not only the representatives
         for dtype in presets.DTYPES:
             for m, k in presets.projections(5120):

@@ -147,3 +147,62 @@ def test_sm90_split_k_caller_workspace_and_errors():
     persistent = next(c for c in gpu_cases.sm90_configs() if c.tile_scheduler == "persistent")
     with pytest.raises(ValueError, match="needs an sm90 stream-K kernel"):
         cs.matmul(sw, x, config=persistent, split_k=2)
+
+
+@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
+@pytest.mark.parametrize("m, k", [(320, 448), (100, 48), (4096, 4096), (1376, 512)])
+def test_compress_encodes_what_cutlass_compressor_writes(m, k, dtype):
+    # cs.compress encodes the sm90 layout with CuPy (formats.sm90_layout); CUTLASS's
+    # compressor kernel must write the same bytes for fresh matrices (zero groups too).
+    import cupy
+
+    from cutlass_sparse.launch import sm90_compress
+
+    w, _, _ = operands(m, 8, k, dtype, "row", seed=m + k)
+    w[: m // 5, : k // 3] = 0
+    ours = cs.compress(w, layout="sm90")
+    values, metadata = sm90_compress.compress(w, dtype, ours.atom_k)
+    assert ours.values.size == values.size and ours.metadata.size == metadata.size
+    assert bool((ours.values.view(cupy.uint16) == values.view(cupy.uint16)).all())
+    assert bool((ours.metadata == metadata).all())
+
+
+def test_a_cold_sm90_gemm_is_stood_in_for_by_the_sm80_family(monkeypatch):
+    # The sm90 GEMM made to look missing (no compile is started: the background start is
+    # replaced): default-family calls run on the sm80 family with a converted weight, and
+    # take the sm90 GEMM once it is cached. Calls naming the family never stand in.
+    from cutlass_sparse.build import background, kernels
+    from cutlass_sparse.plan import plans, stand_in
+
+    missing = {"on": True}
+    real_cached, real_loaded = kernels.cached, kernels.loaded
+    monkeypatch.setattr(kernels, "cached", lambda config, arch, cache=None:
+                        real_cached(config, arch, cache) and not (missing["on"] and config.family == "sm90"))
+    monkeypatch.setattr(kernels, "loaded", lambda config, arch:
+                        real_loaded(config, arch) and not (missing["on"] and config.family == "sm90"))
+    started = []
+    monkeypatch.setattr(background, "start", lambda items: started.append(items) or (None, "log"))
+    monkeypatch.setattr(background, "under_way", lambda config, arch: missing["on"])
+    monkeypatch.setattr(stand_in, "CHECK_EVERY_S", 0.0)
+    stand_in.clear()
+    plans.clear()
+    try:
+        m, n, k = 256, 512, 1024
+        w, sw, x = operands(m, n, k, "f16", "row", seed=11)
+        info = {}
+        check(cs.matmul(sw, x, info=info), w, x, "f16")
+        assert info["config"].startswith("cutlass_tensorop") and len(started) == 1
+        check(cs.matmul(sw, x), w, x, "f16")                 # again: not remembered by the eager path
+        tokens = x.T.copy()                                     # cs.linear of the same weight
+        check(cs.linear(tokens, sw).T, w, x, "f16")
+        info = {}
+        check(cs.matmul(sw, x, family="sm90", info=info), w, x, "f16")
+        assert info["config"].startswith("cutlass3x_sm90")
+        missing["on"] = False                                    # the compile landed
+        info = {}
+        check(cs.matmul(sw, x, info=info), w, x, "f16")
+        assert info["config"].startswith("cutlass3x_sm90") and not stand_in.standing_in()
+        assert len(started) == 1
+    finally:
+        stand_in.clear()
+        plans.clear()

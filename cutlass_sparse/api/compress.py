@@ -1,7 +1,6 @@
 """cs.compress: a structured-sparse matrix into the layout of the kernel family that will
-run it. The sm80 layout is encoded on the host side (formats.sm80_layout, NumPy or CuPy);
-the sm90 layout by CUTLASS's compressor on the GPU (launch.sm90_compress), and read back
-by a GEMM against the identity, which is why its codec is registered from here."""
+run it. Both layouts are encoded on the host side of the array module (formats.sm80_layout,
+formats.sm90_layout: NumPy or CuPy), so compressing compiles nothing."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +9,6 @@ from ..describe import dtypes
 from ..formats import prune, sm80_layout, sm90_layout
 from ..formats.matrices import Codec, SparseBatch, SparseMatrix, register_codec
 from ..formats.patterns import LAYOUT_SM80, LAYOUT_SM90, LAYOUTS, _check_matrix, check_fits, is_broadcast_batch
-from ..launch import sm90_compress
 from .interop import torch_io
 from .matmul import matmul
 
@@ -31,8 +29,8 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
 
     A 3-D [batch, M, K] array gives a SparseBatch (sm80 layout; cs.matmul runs it in
     CUTLASS's batched mode). fp16/bf16/int8 must be 2:4 along K; float32 (run as tf32)
-    1:2. layout: "sm80" (numpy or cupy; any shape; every type) or "sm90" (fp16/bf16
-    cupy on an sm_90 GPU, K a multiple of 16). Default: "sm90" where that applies, else
+    1:2. layout: "sm80" (numpy or cupy; any shape; every type) or "sm90" (fp16/bf16,
+    numpy or cupy, K a multiple of 16; run on an sm_90 GPU). Default: "sm90" where that applies, else
     "sm80". Raises ValueError naming the first row and group with too many non-zeros,
     TypeError/ValueError for an input it cannot take (a batch broadcast from one matrix
     among them: compress that matrix), and TooLarge (a ValueError) before allocating when
@@ -51,10 +49,7 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     if layout == LAYOUT_SM90:
         if element not in dtypes.INPUT_NAMES:
             raise TypeError(f"layout 'sm90' takes fp16/bf16; an {element} matrix compresses for layout='sm80'")
-        if xp is np:
-            raise TypeError("layout 'sm90' compresses on the GPU: pass a cupy array")
-        sm80_layout.grouped(dense, element)   # the 2:4 check, with the same message as sm80's
-        values, metadata = sm90_compress.compress(dense, element, sm90_layout.STORED_ATOM_K)
+        values, metadata = sm90_layout.encode(dense, element)
         return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout, sm90_layout.STORED_ATOM_K)
     values, metadata = sm80_layout.encode(dense, element)
     return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout)
@@ -88,8 +83,11 @@ def _compress_batch(dense, layout, element):
 
 
 def _sm90_to_dense(matrix: SparseMatrix):
-    """Computed on the GPU as the matrix times the identity (exact: every output is one
-    stored value times 1), so it reads the layout the way the kernel does."""
+    """16-bit: decoded from the layout (formats.sm90_layout). 8-bit (cs.quantize_*): computed
+    on the GPU as the matrix times the identity (exact: every output is one stored value
+    times 1), reading the layout the way the kernel does."""
+    if np.dtype(matrix.dtype).itemsize == 2:
+        return sm90_layout.decode(matrix.values, matrix.metadata, matrix.shape, matrix.atom_k, matrix.dtype)
     import cupy
 
     eye = dtypes.from_float32(cupy.eye(matrix.shape[1], dtype=cupy.float32), matrix.dtype)

@@ -10,7 +10,7 @@ from ..describe import catalog, dtypes, selection
 from ..describe.description import SparseGemmConfig
 from ..formats.matrices import SparseBatch, SparseMatrix
 from ..launch import graphs
-from ..plan import plans
+from ..plan import plans, stand_in
 from ..profiler import tune as profiler
 from . import batched, eager, operands
 from .interop import is_torch, torch_io
@@ -117,7 +117,10 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
     bytes; default: one from CuPy's memory pool.
 
     Kernel choice: `config` if given; else the profiler's recorded winner for this
-    problem's signature (cs.tune); else a heuristic. autotune=True profiles on a miss;
+    problem's signature (cs.tune); else a heuristic. Where that is an sm90 GEMM the
+    kernel cache lacks and neither family nor config is named, it compiles in a
+    background process (a minute or two) while these calls run on the sm80 family
+    (plan.stand_in; CUTLASS_SPARSE_STAND_IN=0 waits instead). autotune=True profiles on a miss;
     force_profile=True profiles again. Profiling synchronizes and takes seconds to minutes.
     """
     import cupy
@@ -129,6 +132,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         entry = None if fast is None else eager.lookup(fast)
         if entry is not None:
             return eager.run(entry, sw, x, out, bias)
+    may_stand_in = family is None and config is None and not (autotune or force_profile)
     # what the call allocates for itself is kept by a graph the stream may be capturing
     with graphs.Temporaries():
         family = operands.check_sparse(sw, family)
@@ -148,6 +152,10 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         with cupy.cuda.Device(call.problem.device_id):
             if (autotune or force_profile) and config is None and split_k is None and split_k_mode is None:
                 profiler.tune(call.problem, sw, call.x, force=force_profile)   # records the winner plans.get uses
+            if may_stand_in and stand_in.awaited_kernel(call.problem) is not None:
+                # the sm90 GEMM compiles elsewhere: the sm80 family runs this call (not remembered)
+                sw, fast = stand_in.sm80_weight(sw), None
+                call = operands.gemm_call(sw, x, family="sm80", out=out, split_k_mode=split_k_mode, **epilogue)
             plan = plans.get(call.problem, config)
             result = call.finish(plan.run(sw, call.x, call.out, operands.folded_c(call), workspace))
     if fast is not None:

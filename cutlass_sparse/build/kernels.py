@@ -85,6 +85,11 @@ def get(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -
     return found
 
 
+def loaded(config: SparseGemmConfig, arch: str) -> bool:
+    """Whether this process has the kernel at hand already (from the default cache)."""
+    return (config, normalize_arch(arch), default_cache().search_id) in _memo
+
+
 def cached(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None) -> bool:
     """Whether the cache already holds this kernel (no compiling)."""
     return _lookup(config, normalize_arch(arch), cache or default_cache())[0] is not None

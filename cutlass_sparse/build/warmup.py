@@ -35,12 +35,13 @@ def _compile_one(args) -> tuple[str, str, str, float]:
 
 def catalog_items(archs, widest_only: bool = True) -> list[tuple[object, str]]:
     """(configuration, arch) for every kernel the package's catalogs hold for these archs:
-    the sm90 family (and its compressors) for sm_90a, the sm80 family for the others."""
+    the sm90 family (and the 8-bit compressors) for sm_90a, the sm80 family for the others."""
     items = []
     for arch in archs:
         arch = kernels.normalize_arch(arch)
         if arch == "sm_90a":
-            items += [(CompressorConfig(e), arch) for e in dtypes.INPUT_NAMES]
+            # cs.quantize_fp8 / quantize_int8 run CUTLASS's compressor (16-bit types encode in Python)
+            items += [(CompressorConfig(e), arch) for e in dtypes.SM90_KERNEL_INPUT_NAMES if e not in dtypes.INPUT_NAMES]
             items += [(c, arch) for name in catalog.CATALOGS["sm90"] for c in catalog.load(name).enumerate(widest_only)]
         else:
             items += [(c, arch) for name in catalog.CATALOGS["sm80"] for c in catalog.load(name).enumerate(widest_only)]

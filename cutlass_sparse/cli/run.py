@@ -104,35 +104,22 @@ def problem_of(args, family: str, target: str, sm_count: int | None = None) -> P
 
 
 def missing_sm90_kernels(problem: Problem, config=None) -> list:
-    """The (kernel, arch) pairs an sm90 run of problem needs (its compressor and GEMM) that
-    the cache lacks; [] for other families, or where compiling is forbidden."""
+    """The (kernel, arch) an sm90 run of problem needs (its GEMM: compressing compiles
+    nothing) that the cache lacks; [] for other families, or where compiling is forbidden."""
     from .. import env
     from ..build import kernels
-    from ..describe.description import CompressorConfig
     from ..plan import plans
 
     if problem.family != "sm90" or env.compile_disabled():
         return []
-    wanted = [(CompressorConfig(problem.element), types.SM90_TARGET)]
     try:
         asked = kernels.first_asked(lambda: plans.make(problem, config))
     except ValueError:   # refused: needed_kernels or the run reports it
         return []
-    if asked is not None:
-        wanted.append(asked)
-    return [(c, kernels.normalize_arch(a)) for c, a in wanted if not kernels.cached(c, a)]
-
-
-def compile_side_by_side(problem: Problem, config=None) -> None:
-    """Compile the sm90 compressor and GEMM a run needs in two worker processes when both
-    are missing, so a first run waits for the GEMM's compile only, not for both in turn
-    (NVRTC holds the GIL: threads would not overlap). sm80 kernels compile in seconds."""
-    from ..build import warmup
-
-    missing = missing_sm90_kernels(problem, config)
-    if len(missing) > 1:
-        log.info("compiling %d kernels side by side", len(missing))
-        warmup.compile_all(missing, jobs=len(missing))
+    if asked is None:
+        return []
+    kernel, arch = asked[0].as_compiled(), kernels.normalize_arch(asked[1])
+    return [] if kernels.cached(kernel, arch) else [(kernel, arch)]
 
 
 def stand_in(problem: Problem) -> str | None:
@@ -145,25 +132,22 @@ def stand_in(problem: Problem) -> str | None:
     if not missing or not background.can_start():
         return None
     pid, log_path = background.start(missing)
-    kinds = " and ".join("compressor" if c.family == "sm90_compressor" else "GEMM" for c, _ in missing)
     started = f"started in a background process (pid {pid})" if pid else "compiling in another process already"
-    return (f"sm80 family stand-in: the sm90 {kinds} {started}, about 1-2 minutes, log {log_path}; later runs "
+    return (f"sm80 family stand-in: the sm90 GEMM {started}, about 1-2 minutes, log {log_path}; later runs "
             f"use them (--no-stand-in waits instead)")
 
 
 def needed_kernels(problem: Problem, config=None) -> list:
     """Compile (or find cached) every kernel a GPU run of `problem` launches; returns the
     CompiledKernels. The plan is the one cs.matmul makes (no GPU is touched: loading is lazy)."""
-    from ..build import kernels
-    from ..describe.description import CompressorConfig
     from ..plan import plans
 
     try:
         plan = plans.make(problem, config)
     except ValueError as exc:   # the library refuses this problem: a usage error
         raise UsageError(str(exc).splitlines()[0]) from None
-    if problem.family == "sm90":   # cs.compress(layout="sm90") runs CUTLASS's compressor first
-        return [kernels.get(CompressorConfig(problem.element), types.SM90_TARGET), plan.compiled]
+    if problem.family == "sm90":
+        return [plan.compiled]
     found = [plan.gemm.kernel.compiled]
     if plan.reduction is not None:
         found.append(plan.reduction.kernel.compiled)
@@ -175,7 +159,6 @@ def compile_only(args, family: str, target: str, config=None) -> int:
 
     print(f"no GPU found: compiling only, to warm the kernel cache ({env.cache_path()})", flush=True)
     problem = problem_of(args, family, target)
-    compile_side_by_side(problem, config)
     compiled = needed_kernels(problem, config)
     split = problem.split
     print(f"config        {compiled[-1 if family == 'sm90' else 0].config.name}")
@@ -229,8 +212,6 @@ def run_on_gpu(args, config=None) -> int:
         if standing_in:
             layout = "sm80"
             log.info("%s", standing_in)
-        else:
-            compile_side_by_side(problem, config)
 
     rng = np.random.default_rng(args.seed)
     np_dtype = dtypes.numpy_dtype(args.dtype)

@@ -147,12 +147,7 @@ class SparseMatrix:
         """The same matrix compressed for another kernel family (an explicit conversion)."""
         if layout == self.layout:
             return self
-        dense = self.to_dense()
-        if layout != LAYOUT_SM80 and dtypes.array_module(dense) is np:
-            import cupy
-
-            dense = cupy.asarray(dense)
-        return codec(layout).compress(dense, layout)
+        return codec(layout).compress(self.to_dense(), layout)
 
     def to_dense(self):
         """The [M, K] matrix this represents (numpy or cupy, like the stored values)."""

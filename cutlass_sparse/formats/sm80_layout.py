@@ -48,13 +48,14 @@ def work_bytes(m: int, k: int, element: str, batch: int = 1) -> int:
     return m_pad * k_pad * (6 * itemsize + 10) + batch * stored_bytes(m, k, element)
 
 
-def grouped(dense, element: str):
-    """dense's bit patterns zero-padded to [M_pad, K_pad], seen as [M_pad, groups, group],
-    after checking that no group holds more non-zeros than the pattern keeps."""
+def grouped(dense, element: str, padded_to: tuple[int, int] | None = None):
+    """dense's bit patterns zero-padded to [M_pad, K_pad] (this layout's, or padded_to),
+    seen as [M_pad, groups, group], after checking that no group holds more non-zeros
+    than the pattern keeps."""
     xp = dtypes.array_module(dense)
     pattern = PATTERNS[element]
     m, k = dense.shape
-    m_pad, k_pad = padded_shape(m, k)
+    m_pad, k_pad = padded_to or padded_shape(m, k)
     source = _bits(xp.ascontiguousarray(dense))
     padded = xp.zeros((m_pad, k_pad), dtype=source.dtype)
     padded[:m, :k] = source
@@ -90,6 +91,27 @@ def _reorder_offsets(xp, m_pad: int, words_per_row: int, word_bytes: int = 2):
     dest_col = dest_col - swap_down + swap_up
     return (dest_col // 2) * (2 * m_pad) + dest_row * 2 + dest_col % 2
 
+def nonzero_positions(xp, nonzero, counts):
+    """Indices of each group's first and second non-zero (-1 where absent), without sorting."""
+    seen = xp.cumsum(nonzero, axis=-1, dtype=xp.int8)
+    first = xp.where(counts > 0, ((seen == 1) & (nonzero == 1)).astype(xp.int8).argmax(axis=-1), -1)
+    second = xp.where(counts > 1, ((seen == 2) & (nonzero == 1)).astype(xp.int8).argmax(axis=-1), -1)
+    return first, second
+
+
+def take_pairs(xp, groups, idx0, idx1):
+    """[..., groups, 2]: each group's values at idx0 and idx1."""
+    return xp.stack([xp.take_along_axis(groups, idx0[..., None], axis=-1)[..., 0],
+                     xp.take_along_axis(groups, idx1[..., None], axis=-1)[..., 0]], axis=-1)
+
+
+def expand_pairs(xp, kept, first, second, group: int):
+    """[..., groups, group]: each pair of kept values back at its indices, zeros elsewhere."""
+    lane = xp.arange(group, dtype=xp.int64)
+    dense = xp.where(lane == first[..., None], kept[..., 0:1], kept.dtype.type(0))
+    return xp.where(lane == second[..., None], kept[..., 1:2], dense)
+
+
 def encode(dense, element: str):
     """(values, metadata) of a 2:4 [M, K] numpy or cupy matrix in the sm80 layout."""
     xp = dtypes.array_module(dense)
@@ -97,9 +119,7 @@ def encode(dense, element: str):
     groups, nonzero, counts = grouped(dense, element)
     m_pad, n_groups, _ = groups.shape
     k_pad = n_groups * pattern.group
-    # Indices of the first and second non-zero (-1 if absent), without sorting.
-    seen = xp.cumsum(nonzero, axis=-1, dtype=xp.int8)
-    first = xp.where(counts > 0, ((seen == 1) & (nonzero == 1)).astype(xp.int8).argmax(axis=-1), -1)
+    first, second = nonzero_positions(xp, nonzero, counts)
     if pattern.keep == 1:
         # 1:2: the kept value (or the first of an empty pair); its nibble names the two
         # 16-bit halves it occupies: (0, 1) or (2, 3).
@@ -107,13 +127,11 @@ def encode(dense, element: str):
         values = xp.take_along_axis(groups, kept[..., None], axis=-1)[..., 0]
         idx0, idx1 = 2 * kept, 2 * kept + 1
     else:
-        second = xp.where(counts > 1, ((seen == 2) & (nonzero == 1)).astype(xp.int8).argmax(axis=-1), -1)
         # Fewer than two non-zeros: complete to a valid ascending pair that covers them.
         # (p) -> (0, 1) for p < 2, (0, p) otherwise; nothing -> (0, 1).
         idx0 = xp.where(counts == 2, first, 0).astype(xp.int32)
         idx1 = xp.where(counts == 2, second, xp.where((counts == 1) & (first >= 2), first, 1)).astype(xp.int32)
-        values = xp.stack([xp.take_along_axis(groups, idx0[..., None], axis=-1)[..., 0],
-                           xp.take_along_axis(groups, idx1[..., None], axis=-1)[..., 0]], axis=-1)
+        values = take_pairs(xp, groups, idx0, idx1)
     values = values.reshape(m_pad, k_pad // 2).view(dense.dtype)
 
     per_word, word = pattern.nibbles_per_word, pattern.word
@@ -147,8 +165,6 @@ def decode(values, metadata, element: str, shape: tuple[int, int], dtype):
     if pattern.keep == 1:   # the nibble names the kept value's two 16-bit halves
         dense = xp.where(lane == (nibbles & 0x3)[..., None] // 2, kept[..., 0:1], kept.dtype.type(0))
     else:
-        first, second = nibbles & 0x3, nibbles >> 2
-        dense = xp.where(lane == first[..., None], kept[..., 0:1], kept.dtype.type(0))
-        dense = xp.where(lane == second[..., None], kept[..., 1:2], dense)
+        dense = expand_pairs(xp, kept, nibbles & 0x3, nibbles >> 2, pattern.group)
     m, k = shape
     return dense.reshape(m_pad, k_pad)[:m, :k].copy().view(dtype)

@@ -1,14 +1,27 @@
-"""The sm90 metadata layouts: where each byte of 2:4 metadata sits, per layout atom.
+"""The sm90 layout of a 16-bit 2:4 matrix: encode it, decode it, and re-lay its metadata
+for another atom, on NumPy or CuPy alike (no compiled kernel: a matrix compresses on the
+host or on a GPU whose sm90 kernels are not compiled yet).
 
 CUTLASS's sm90 mainloop reads metadata laid out in atoms of 64 rows by `atom_k` logical
 columns (Sm90GemmSparseConfig, 16-bit types), atom_k = min(tile K, 128): a tile of K 64
 and a tile of K 128 read different layouts of the same metadata. A byte holds the
-metadata of 8 consecutive logical elements of one row in both, so converting between
-them is a byte gather, done here on the GPU from the two layouts' index functions.
+metadata of 8 consecutive logical elements of one row in both (the first group of four
+in its low nibble; a nibble is the first kept index | the second << 2, as in sm80), so
+converting between them is a byte gather from the two layouts' index functions.
+
+Values are [M, K/2] row-major (row pitch K/2 whatever the atoms), per group of four the
+two kept values in index order, in a buffer of whole atoms (M to 64 rows, K to 128
+columns) whose tail is zero. Incomplete groups take the indices CUTLASS's compressor
+(SM90StructuredSparseCompressor) gives them, so encode matches it byte for byte
+(tests/data/sm90_layout.npz, written by that compressor on an H100): one non-zero at
+p < 3 -> (p, 3), at 3 -> (0, 3); none -> (0, 0).
 """
 from __future__ import annotations
 
+from ..describe import dtypes
 from ..describe.arith import round_up
+from . import sm80_layout
+from .patterns import PATTERNS, _bits
 
 ATOM_M = 64
 ATOMS_K = (64, 128)
@@ -48,3 +61,56 @@ def convert(metadata, m: int, k: int, from_atom: int, to_atom: int):
     groups = cupy.arange(round_up(k, 16) // 8, dtype=cupy.int64)[None, :]   # K is a multiple of 16
     out[byte_index(rows, groups, m, to_atom)] = metadata[byte_index(rows, groups, m, from_atom)]
     return out
+
+
+def buffer_shape(m: int, k: int) -> tuple[int, int]:
+    """[M, K] in whole atoms of the stored layout: what the value and metadata buffers cover."""
+    return round_up(m, ATOM_M), round_up(k, STORED_ATOM_K)
+
+
+def check_k(k: int, name: str = "dense") -> None:
+    if k % 16:
+        raise ValueError(f"{name} has K = {k}: the sm90 layout needs K a multiple of 16 "
+                         f"(pad K, or use layout='sm80', which takes any K)")
+
+
+def _metadata_positions(xp, m: int, k: int, atom_k: int):
+    """byte_index over every (row, 8-column group) of the [m, k] matrix's atoms."""
+    m_pad, k_pad = round_up(m, ATOM_M), round_up(k, atom_k)
+    rows = xp.arange(m_pad, dtype=xp.int64)[:, None]
+    groups = xp.arange(k_pad // 8, dtype=xp.int64)[None, :]
+    return byte_index(rows, groups, m, atom_k)
+
+
+def encode(dense, element: str):
+    """(values, metadata) of a 2:4 16-bit [M, K] numpy or cupy matrix in the sm90 layout
+    (metadata in atoms of STORED_ATOM_K), as flat arrays of whole atoms."""
+    if PATTERNS[element].keep != 2 or dense.dtype.itemsize != 2:
+        raise TypeError(f"the sm90 layout is encoded here for 16-bit types; got {element}")
+    xp = dtypes.array_module(dense)
+    m, k = dense.shape
+    check_k(k)
+    m_pad, k_pad = buffer_shape(m, k)
+    groups, nonzero, counts = sm80_layout.grouped(dense, element, (m_pad, k_pad))
+    first, second = sm80_layout.nonzero_positions(xp, nonzero, counts)
+    idx0 = xp.where((counts == 2) | ((counts == 1) & (first < 3)), first, 0).astype(xp.int32)
+    idx1 = xp.where(counts == 2, second, xp.where(counts == 1, 3, 0)).astype(xp.int32)
+    kept = sm80_layout.take_pairs(xp, groups[:m, : k // 4], idx0[:m, : k // 4], idx1[:m, : k // 4])
+    values = xp.zeros(m_pad * k_pad // 2, dtype=groups.dtype)
+    values[: m * k // 2] = kept.reshape(-1)
+    nibbles = (idx0 | (idx1 << 2)).astype(xp.uint8).reshape(m_pad, k_pad // 8, 2)
+    metadata = xp.empty(metadata_bytes(m, k, STORED_ATOM_K), dtype=xp.uint8)
+    metadata[_metadata_positions(xp, m, k, STORED_ATOM_K)] = nibbles[..., 0] | (nibbles[..., 1] << 4)
+    return values.view(dense.dtype), metadata
+
+
+def decode(values, metadata, shape: tuple[int, int], atom_k: int, dtype):
+    """The [M, K] matrix that sm90-layout values and metadata (in atoms of atom_k) represent."""
+    xp = dtypes.array_module(values)
+    m, k = shape
+    kept = _bits(values.reshape(-1)[: m * k // 2]).reshape(m, k // 4, 2)
+    positions = _metadata_positions(xp, m, k, atom_k)[:m, : k // 8]
+    stored = metadata.reshape(-1)[positions].astype(xp.int64)
+    nibbles = xp.stack([stored & 0xF, stored >> 4], axis=-1).reshape(m, k // 4)
+    dense = sm80_layout.expand_pairs(xp, kept, nibbles & 0x3, nibbles >> 2, 4)
+    return dense.reshape(m, k).view(dtype)

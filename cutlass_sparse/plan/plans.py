@@ -80,6 +80,13 @@ def make(problem: Problem, config: SparseGemmConfig | None = None, choice=None) 
     return Sm80Plan(problem, config, None if choice is None else choice.tile)
 
 
+def known(problem: Problem) -> bool:
+    """Whether a default plan for problem is at hand, or an sm90 kernel for its N range
+    (either way its kernel is compiled and loaded)."""
+    return (problem, None) in _plans or (problem.family == "sm90" and
+                                         range_key(problem, None, recorded_choice(problem, None)) in _range_kernels)
+
+
 def get(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Plan | Sm90Plan:
     """The cached plan for a problem, made on a miss."""
     global _generation

@@ -11,7 +11,6 @@ import math
 
 from ..build import kernels
 from ..describe import catalog
-from ..describe.description import CompressorConfig
 from ..describe.problem import Problem
 from . import plans
 
@@ -66,14 +65,12 @@ def problems(name: str, arch: str, sm_count: int, n_max: int = N_MAX) -> list[Pr
 def items(name: str, archs: list[str], sm_counts: dict[str, int] | None = None,
           n_max: int = N_MAX) -> list[tuple[object, str]]:
     """(kernel, compile target) for every kernel of a preset on these targets, in a fixed
-    order: what default selection picks for each problem, and on sm_90a the compressors
-    that cs.compress runs. sm_counts: per target, else SM_COUNTS (KeyError if neither)."""
+    order: what default selection picks for each problem (cs.compress compiles nothing).
+    sm_counts: per target, else SM_COUNTS (KeyError if neither)."""
     found = []
     for arch in archs:
         arch = kernels.normalize_arch(arch)
         count = (sm_counts or {}).get(arch) or SM_COUNTS[arch]
-        if arch == "sm_90a":
-            found += [(CompressorConfig(dtype), arch) for dtype in DTYPES]
         for problem in problems(name, arch, count, n_max):
             asked = kernels.first_asked(lambda: plans.make(problem))
             if asked is not None:   # one entry per binary (swizzles share one)

@@ -1,0 +1,83 @@
+"""plan.stand_in: which default-family sm90 calls run on the sm80 family while their
+GEMM compiles in a background process, and when they stop (no GPU: the background start
+and the lock are replaced; the cache is an empty one of the test's own, so the sm90
+kernel really is missing)."""
+import numpy as np
+import pytest
+
+import cutlass_sparse as cs
+from cutlass_sparse.build import background, kernels
+from cutlass_sparse.describe.problem import Problem
+from cutlass_sparse.plan import plans, stand_in
+
+
+@pytest.fixture
+def cold(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", str(tmp_path / "cs.db"))
+    for name in ("CUTLASS_SPARSE_NO_COMPILE", "CUTLASS_SPARSE_STAND_IN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(stand_in, "CHECK_EVERY_S", 0.0)
+    monkeypatch.setattr(plans, "recorded_choice", lambda problem, config: None)   # no GPU to name records by
+    started, compiling = [], {"on": True}
+    monkeypatch.setattr(background, "start", lambda items: started.append(items) or (4242, tmp_path / "log"))
+    monkeypatch.setattr(background, "under_way", lambda config, arch: compiling["on"])
+    stand_in.clear()
+    plans.clear()
+    yield started, compiling
+    stand_in.clear()
+    plans.clear()
+
+
+def _problem(n=4096):
+    return Problem.contiguous("sm90", 4096, n, 4096, element="f16", arch="sm_90", sm_count=132)
+
+
+def test_a_missing_sm90_gemm_compiles_once_in_the_background_while_calls_stand_in(cold):
+    started, compiling = cold
+    kernel = stand_in.awaited_kernel(_problem())
+    assert kernel is not None and kernel[0].family == "sm90" and kernel[1] == "sm_90a"
+    assert started == [[kernel]]
+    assert stand_in.awaited_kernel(_problem()) == kernel            # still compiling
+    assert stand_in.awaited_kernel(_problem(4000)) == kernel        # another N of that kernel: no second start
+    assert len(started) == 1 and stand_in.standing_in()
+
+
+def test_calls_take_the_sm90_plan_once_the_kernel_is_cached(cold, monkeypatch):
+    started, compiling = cold
+    kernel = stand_in.awaited_kernel(_problem())
+    sw = cs.compress(cs.prune_2to4(np.random.default_rng(1).standard_normal((64, 32)).astype(np.float16)),
+                     layout="sm90")
+    sw80 = stand_in.sm80_weight(sw)
+    assert sw80.layout == "sm80" and stand_in.sm80_weight(sw) is sw80        # converted once
+    np.testing.assert_array_equal(sw80.to_dense(), sw.to_dense())
+    compiling["on"] = False
+    real_cached = kernels.cached
+    monkeypatch.setattr(kernels, "cached", lambda config, arch, cache=None:
+                        (config, arch) == kernel or real_cached(config, arch, cache))
+    assert stand_in.awaited_kernel(_problem()) is None
+    assert not stand_in.standing_in() and stand_in._sm80_weights == {}      # the copies go with the stand-in
+    assert stand_in.awaited_kernel(_problem(4000)) is None
+
+
+def test_a_compile_that_ended_without_a_kernel_stops_the_stand_in(cold, monkeypatch):
+    started, compiling = cold
+    assert stand_in.awaited_kernel(_problem()) is not None
+    compiling["on"] = False
+    assert stand_in.awaited_kernel(_problem()) is not None    # just started: its process may not hold the lock yet
+    monkeypatch.setattr(stand_in, "START_GRACE_S", 0.0)
+    assert stand_in.awaited_kernel(_problem()) is None        # the sm90 plan compiles here and reports the failure
+
+
+def test_no_stand_in_where_it_is_turned_off_or_not_needed(cold, monkeypatch):
+    started, _ = cold
+    sm80 = Problem.contiguous("sm80", 256, 256, 256, element="f16", arch="sm_90", sm_count=132)
+    assert stand_in.awaited_kernel(sm80) is None
+    monkeypatch.setenv("CUTLASS_SPARSE_STAND_IN", "0")
+    assert stand_in.awaited_kernel(_problem()) is None
+    monkeypatch.setenv("CUTLASS_SPARSE_STAND_IN", "1")
+    monkeypatch.setenv("CUTLASS_SPARSE_NO_COMPILE", "1")
+    assert stand_in.awaited_kernel(_problem()) is None
+    monkeypatch.delenv("CUTLASS_SPARSE_NO_COMPILE")
+    monkeypatch.setattr(kernels, "cached", lambda config, arch, cache=None: True)
+    assert stand_in.awaited_kernel(_problem()) is None
+    assert started == []
