@@ -193,16 +193,18 @@ def test_a_cold_sm90_gemm_is_stood_in_for_by_the_sm80_family(monkeypatch):
         check(cs.matmul(sw, x, info=info), w, x, "f16")
         assert info["config"].startswith("cutlass_tensorop") and len(started) == 1
         check(cs.matmul(sw, x), w, x, "f16")                 # again: not remembered by the eager path
-        tokens = x.T.copy()                                     # cs.linear of the same weight
+        tokens = x.T.copy()                                     # cs.linear: x column-major, its own kernel
         check(cs.linear(tokens, sw).T, w, x, "f16")
+        assert len(started) == 2 and started[0] != started[1]
         info = {}
         check(cs.matmul(sw, x, family="sm90", info=info), w, x, "f16")
         assert info["config"].startswith("cutlass3x_sm90")
-        missing["on"] = False                                    # the compile landed
+        missing["on"] = False                                    # the compiles landed
         info = {}
         check(cs.matmul(sw, x, info=info), w, x, "f16")
-        assert info["config"].startswith("cutlass3x_sm90") and not stand_in.standing_in()
-        assert len(started) == 1
+        assert info["config"].startswith("cutlass3x_sm90")
+        check(cs.linear(tokens, sw).T, w, x, "f16")
+        assert not stand_in.standing_in() and stand_in._sm80_weights == {} and len(started) == 2
     finally:
         stand_in.clear()
         plans.clear()

@@ -77,3 +77,29 @@ def test_sm90_encode_refuses_what_the_layout_cannot_hold():
         cs.compress(np.zeros((8, 40), dtype=np.float16), layout="sm90")
     with pytest.raises(TypeError, match="16-bit"):
         sm90_layout.encode(np.zeros((8, 16), dtype=np.int8), "s8")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tag", CASES)
+def test_cupy_kernels_match_the_recorded_layout(tag):
+    # On a GPU, encode and decode run as one CuPy kernel each: the same bytes.
+    import cupy
+
+    dense, values, metadata, element = _case(tag)
+    ours_values, ours_metadata = sm90_layout.encode(cupy.asarray(dense), element)
+    np.testing.assert_array_equal(ours_values.get().view(np.uint16), values)
+    np.testing.assert_array_equal(ours_metadata.get(), metadata)
+    for atom_k in sm90_layout.ATOMS_K:   # the other atom via the conversion the kernels of tile K 64 use
+        relaid = sm90_layout.convert(ours_metadata, *dense.shape, sm90_layout.STORED_ATOM_K, atom_k)
+        back = sm90_layout.decode(ours_values, relaid, dense.shape, atom_k, dense.dtype)
+        np.testing.assert_array_equal(back.get().view(np.uint16), dense.view(np.uint16))
+
+
+@pytest.mark.gpu
+def test_cupy_encode_names_the_group_that_breaks_2_to_4():
+    import cupy
+
+    bad = np.zeros((70, 32), dtype=np.float16)
+    bad[65, 20:23] = 1
+    with pytest.raises(ValueError, match="row 65, columns 20..23 hold 3 non-zeros"):
+        cs.compress(cupy.asarray(bad), layout="sm90")
