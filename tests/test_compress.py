@@ -253,3 +253,30 @@ def test_a_batch_compresses_matrix_by_matrix_into_stacked_arrays():
         cs.compress(bad)
     with pytest.raises(ValueError, match="compresses for layout 'sm80'"):
         cs.compress(dense, layout="sm90")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, "bf16"])
+@pytest.mark.parametrize("m, k", [(1, 1), (33, 70), (100, 300), (256, 1024)])
+def test_sm80_encode_on_the_gpu_matches_the_host(m, k, dtype):
+    # 16-bit cupy matrices encode in one CuPy kernel; the host form is the reference.
+    import cupy
+
+    from cutlass_sparse.describe import dtypes as dt
+    from cutlass_sparse.formats import sm80_layout
+
+    np_dtype = dt.numpy_dtype(dtype) if isinstance(dtype, str) else dtype
+    dense = np.random.default_rng(m * k).standard_normal((m, k)).astype(np.float32)
+    dense[np.random.default_rng(k).random((m, k)) < 0.4] = 0.0
+    dense = cs.prune_2to4(dense.astype(np_dtype))
+    element = dt.operand_name(np_dtype)
+    host_values, host_metadata = sm80_layout.encode(dense, element)
+    values, metadata = sm80_layout.encode(cupy.asarray(dense), element)
+    assert values.dtype == host_values.dtype and metadata.shape == host_metadata.shape
+    np.testing.assert_array_equal(values.get().view(np.uint16), host_values.view(np.uint16))
+    np.testing.assert_array_equal(metadata.get(), host_metadata)
+    if k >= 3:
+        bad = dense.copy()
+        bad[m - 1, :3] = 1
+        with pytest.raises(ValueError, match=f"row {m - 1}, columns 0..3 hold 3 non-zeros"):
+            cs.compress(cupy.asarray(bad), layout="sm80")

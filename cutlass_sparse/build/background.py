@@ -75,7 +75,9 @@ def start(items: list[tuple[object, str]]) -> tuple[int | None, Path]:
                                json.dumps([[c.to_json(), a] for c, a in todo]).encode())
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
-        process = subprocess.Popen([sys.executable, "-m", __name__, str(job)], stdin=subprocess.DEVNULL,
+        # -c, not -m: the package's import already holds this module, which runpy would run twice
+        process = subprocess.Popen([sys.executable, "-c", f"import sys, {__name__} as job; sys.exit(job.main())",
+                                    str(job)], stdin=subprocess.DEVNULL,
                                    stdout=log_fd, stderr=subprocess.STDOUT, start_new_session=True,
                                    close_fds=True, env=os.environ.copy())
     finally:
@@ -106,5 +108,9 @@ def _run(job: Path) -> int:
     return 1 if failed else 0
 
 
+def main() -> int:
+    return _run(Path(sys.argv[1]))
+
+
 if __name__ == "__main__":
-    sys.exit(_run(Path(sys.argv[1])))
+    sys.exit(main())

@@ -17,6 +17,8 @@ Layout (fp16/bf16, int8; tf32 as 1:2):
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..describe import dtypes
@@ -116,6 +118,10 @@ def encode(dense, element: str):
     """(values, metadata) of a 2:4 [M, K] numpy or cupy matrix in the sm80 layout."""
     xp = dtypes.array_module(dense)
     pattern = PATTERNS[element]
+    if xp is not np and dense.dtype.itemsize == 2 and pattern.keep == 2:
+        encoded = _fused_encode(dense)
+        if encoded is not None:
+            return encoded
     groups, nonzero, counts = grouped(dense, element)
     m_pad, n_groups, _ = groups.shape
     k_pad = n_groups * pattern.group
@@ -168,3 +174,64 @@ def decode(values, metadata, element: str, shape: tuple[int, int], dtype):
         dense = expand_pairs(xp, kept, nibbles & 0x3, nibbles >> 2, pattern.group)
     m, k = shape
     return dense.reshape(m_pad, k_pad)[:m, :k].copy().view(dtype)
+
+
+# The 16-bit encode as one CuPy kernel, one thread per metadata word (16 logical columns
+# of a row): the array-at-a-time form above runs some 30 small kernels (which CuPy
+# compiles on a machine's first use: seconds) and holds index arrays the size of the
+# matrix. The tests check it against that form.
+_ENCODE = """
+long long words = k_pad / 16, row = i / words, word = i % words;
+unsigned int bits = 0;
+for (int g = 0; g < 4; ++g) {
+  long long col = word * 16 + g * 4;
+  unsigned short v[4];
+  int count = 0, first = -1, second = -1;
+  for (int j = 0; j < 4; ++j) {
+    v[j] = (row < m && col + j < k) ? dense[row * k + col + j] : 0;
+    if (v[j] & 0x7fff) {                      // -0.0 counts as zero
+      ++count;
+      if (first < 0) first = j; else if (second < 0) second = j;
+    }
+  }
+  if (count > 2) bad[0] = 1;
+  // fewer than two non-zeros: a valid ascending pair that covers them, as encode above
+  int i0 = count >= 2 ? first : 0;
+  int i1 = count >= 2 ? second : (count == 1 && first >= 2 ? first : 1);
+  values[row * (k_pad / 2) + col / 2] = v[i0];
+  values[row * (k_pad / 2) + col / 2 + 1] = v[i1];
+  bits |= (unsigned int)(i0 | (i1 << 2)) << (4 * g);
+}
+// CUTLASS's reorder_meta, as _reorder_offsets
+long long dest_row = row / 32 * 32 + (row % 8) * 4 + (row % 32) / 8, dest_col = word;
+int down = dest_row % 2 == 0 && dest_col % 2 == 1, up = dest_row % 2 == 1 && dest_col % 2 == 0;
+dest_row += down - up;
+dest_col += up - down;
+metadata[(dest_col / 2) * (2 * m_pad) + dest_row * 2 + dest_col % 2] = (unsigned short)bits;
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def _encode_kernel():
+    import cupy
+
+    return cupy.ElementwiseKernel("raw uint16 dense, int64 m, int64 k, int64 m_pad, int64 k_pad",
+                                  "raw uint16 values, raw uint16 metadata, raw int32 bad", _ENCODE,
+                                  "cutlass_sparse_sm80_encode16")
+
+
+def _fused_encode(dense):
+    """encode of a 16-bit cupy matrix in one kernel; None where a group breaks 2:4 (the
+    array-at-a-time form then names it)."""
+    import cupy
+
+    m, k = dense.shape
+    m_pad, k_pad = padded_shape(m, k)
+    values = cupy.empty((m_pad, k_pad // 2), dtype=cupy.uint16)
+    metadata = cupy.empty((k_pad // 32, 2 * m_pad), dtype=cupy.uint16)
+    bad = cupy.zeros(1, dtype=cupy.int32)
+    _encode_kernel()(_bits(cupy.ascontiguousarray(dense)), m, k, m_pad, k_pad, values, metadata, bad,
+                     size=m_pad * (k_pad // 16))
+    if int(bad.get()[0]):
+        return None
+    return values.view(dense.dtype), metadata
