@@ -277,6 +277,6 @@ def test_sm80_encode_on_the_gpu_matches_the_host(m, k, dtype):
     np.testing.assert_array_equal(metadata.get(), host_metadata)
     if k >= 3:
         bad = dense.copy()
-        bad[m - 1, :3] = 1
+        bad[m - 1, :4] = np.array([1, 1, 1, 0], dtype=np.float32).astype(np_dtype)
         with pytest.raises(ValueError, match=f"row {m - 1}, columns 0..3 hold 3 non-zeros"):
             cs.compress(cupy.asarray(bad), layout="sm80")
