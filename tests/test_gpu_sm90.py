@@ -199,6 +199,20 @@ def test_a_cold_sm90_gemm_is_stood_in_for_by_the_sm80_family(monkeypatch):
         info = {}
         check(cs.matmul(sw, x, family="sm90", info=info), w, x, "f16")
         assert info["config"].startswith("cutlass3x_sm90")
+        # under graph capture a call never stands in (the graph would keep the sm80 kernel)
+        import cupy
+
+        out = cupy.empty((m, n), dtype=cupy.float16)
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            cs.matmul(sw, x, out=out)
+            graph = stream.end_capture()
+        assert stand_in.standing_in() and len(started) == 2
+        out.fill(0)
+        graph.launch(stream)
+        stream.synchronize()
+        check(out, w, x, "f16")
         missing["on"] = False                                    # the compiles landed
         info = {}
         check(cs.matmul(sw, x, info=info), w, x, "f16")

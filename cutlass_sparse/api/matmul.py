@@ -152,8 +152,10 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         with cupy.cuda.Device(call.problem.device_id):
             if (autotune or force_profile) and config is None and split_k is None and split_k_mode is None:
                 profiler.tune(call.problem, sw, call.x, force=force_profile)   # records the winner plans.get uses
-            if may_stand_in and stand_in.awaited_kernel(call.problem) is not None:
-                # the sm90 GEMM compiles elsewhere: the sm80 family runs this call (not remembered)
+            if may_stand_in and stand_in.awaited_kernel(call.problem) is not None and \
+                    not graphs.capturing(cupy.cuda.get_current_stream().ptr):
+                # the sm90 GEMM compiles elsewhere: the sm80 family runs this call (not remembered;
+                # never under graph capture, which would keep the stand-in and forbids its conversion)
                 sw, fast = stand_in.sm80_weight(sw), None
                 call = operands.gemm_call(sw, x, family="sm80", out=out, split_k_mode=split_k_mode, **epilogue)
             plan = plans.get(call.problem, config)
