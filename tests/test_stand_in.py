@@ -81,3 +81,37 @@ def test_no_stand_in_where_it_is_turned_off_or_not_needed(cold, monkeypatch):
     monkeypatch.setattr(kernels, "cached", lambda config, arch, cache=None: True)
     assert stand_in.awaited_kernel(_problem()) is None
     assert started == []
+
+
+def test_compiles_beyond_what_memory_and_cores_allow_wait_in_line(cold, monkeypatch):
+    # One sm90 compile holds about 5 GB: a loop needing three kernels on a machine with
+    # room for one starts them one after another; every call stands in meanwhile.
+    started, compiling = cold
+    monkeypatch.setattr(stand_in, "max_compiles", lambda: 1)
+    problems = [_problem(n) for n in (4096, 16, 128)]    # three tiles
+    kernels_awaited = [stand_in.awaited_kernel(p) for p in problems]
+    assert len(set(kernels_awaited)) == 3 and None not in kernels_awaited
+    assert started == [[kernels_awaited[0]]]
+    assert [stand_in.awaited_kernel(p) for p in problems[1:]] == kernels_awaited[1:]   # in line: no start
+    assert len(started) == 1
+    real_cached = kernels.cached
+    landed = {kernels_awaited[0]}
+    monkeypatch.setattr(kernels, "cached", lambda config, arch, cache=None:
+                        (config, arch) in landed or real_cached(config, arch, cache))
+    compiling["on"] = False
+    assert stand_in.awaited_kernel(problems[0]) is None                  # landed: the next one starts
+    assert started[1] == [kernels_awaited[1]] and len(started) == 2
+    compiling["on"] = True
+    assert stand_in.awaited_kernel(problems[2]) == kernels_awaited[2] and len(started) == 2
+
+
+def test_max_compiles_follows_cores_and_free_memory(monkeypatch):
+    monkeypatch.setattr(stand_in.os, "cpu_count", lambda: 16)
+    pages = {"SC_AVPHYS_PAGES": (12 << 30) // 4096, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(stand_in.os, "sysconf", lambda name: pages[name])
+    assert stand_in.max_compiles() == 2
+    pages["SC_AVPHYS_PAGES"] = (1 << 30) // 4096
+    assert stand_in.max_compiles() == 1
+    monkeypatch.setattr(stand_in.os, "cpu_count", lambda: 2)
+    pages["SC_AVPHYS_PAGES"] = (100 << 30) // 4096
+    assert stand_in.max_compiles() == 2

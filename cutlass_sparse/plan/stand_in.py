@@ -8,10 +8,15 @@ weight converted to the sm80 layout once (kept while standing in). The first cal
 the compile lands takes the sm90 plan; the converted weights are dropped when nothing
 stands in any more. CUTLASS_SPARSE_STAND_IN=0 waits for the compile instead, as do
 calls that name a family or a kernel, cs.plan and the profiler.
+
+An sm90 compile holds about 5 GB, so at most max_compiles() run at once (a serving loop
+on a cold cache can need several kernels, one per N range and layout); the others wait
+in line, started as earlier ones land, and their calls stand in meanwhile.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -27,18 +32,29 @@ log = logging.getLogger("cutlass_sparse")
 
 CHECK_EVERY_S = 0.25     # how often a standing-in call looks whether the compile ended
 START_GRACE_S = 20.0     # a compile neither cached nor under way this long after its start failed
+COMPILE_BYTES = 5 << 30  # peak memory of one sm90 compile (docs/compile_time.md: 4.2-4.9 GB)
 
-_waiting: dict[Problem, tuple] = {}       # sm90 problem -> (kernel, arch) compiling elsewhere
+_waiting: dict[Problem, tuple] = {}       # sm90 problem -> (kernel, arch) it waits for
+_queued: list[tuple] = []                 # (kernel, arch) not started yet, in order
+_started: dict[tuple, float] = {}         # (kernel, arch) compiling -> when it was started
+_checked: dict[tuple, float] = {}         # (kernel, arch) -> when it was last looked at
 _sm80_weights: dict[int, SparseMatrix] = {}   # id(sm90 matrix) -> its sm80 copy
-_checked: dict[tuple, float] = {}         # (kernel, arch) -> when its compile was last looked at
-_started: dict[tuple, float] = {}         # (kernel, arch) -> when its background compile was started
 _lock = threading.Lock()
 
 
+def max_compiles() -> int:
+    """Background compiles at once: one per core, as many as the free memory holds, at least one."""
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        free = COMPILE_BYTES
+    return max(1, min(os.cpu_count() or 1, free // COMPILE_BYTES))
+
+
 def awaited_kernel(problem: Problem) -> tuple | None:
-    """(kernel, arch) of the sm90 GEMM this default-family problem waits for, starting its
-    background compile on first sight; None where the sm90 plan can be made now (or must
-    be: compiling forbidden, stand-ins turned off, no writable cache to compile into)."""
+    """(kernel, arch) of the sm90 GEMM this default-family problem waits for, putting its
+    compile in line on first sight; None where the sm90 plan can be made now (or must be:
+    compiling forbidden, stand-ins turned off, no writable cache to compile into)."""
     found = _waiting.get(problem) if _waiting else None
     if found is None:
         return _first_sight(problem)
@@ -46,8 +62,12 @@ def awaited_kernel(problem: Problem) -> tuple | None:
     if now - _checked.get(found, 0.0) < CHECK_EVERY_S:
         return found
     _checked[found] = now
+    started = _started.get(found)
+    if started is None:                      # still in line
+        _start_queued()
+        return found
     if not (kernels.loaded(*found) or kernels.cached(*found)) and \
-            (background.under_way(*found) or now - _started[found] < START_GRACE_S):
+            (background.under_way(*found) or now - started < START_GRACE_S):
         return found
     _landed(found)          # compiled, or failed: then the sm90 plan compiles it here and says why
     return None
@@ -66,17 +86,25 @@ def _first_sight(problem: Problem) -> tuple | None:
     if kernels.loaded(*kernel) or kernels.cached(*kernel) or not background.can_start():
         return None
     with _lock:
-        if kernel not in _started:
-            _started[kernel] = time.monotonic()
+        if kernel not in _started and kernel not in _queued:
+            _queued.append(kernel)
+        _waiting[problem] = kernel
+    _start_queued()
+    return kernel
+
+
+def _start_queued() -> None:
+    """Start compiles in line while fewer than max_compiles() run."""
+    with _lock:
+        while _queued and len(_started) < max_compiles():
+            kernel = _queued.pop(0)
+            _started[kernel] = _checked[kernel] = time.monotonic()
             pid, log_path = background.start([kernel])
             log.warning("the sm90 GEMM %s is not compiled yet: %s (about 1-2 minutes; log %s). Meanwhile "
                         "calls that need it run on the sm80 family (CUTLASS 2.x: slower on Hopper); "
                         "CUTLASS_SPARSE_STAND_IN=0 waits for the compile instead", kernel[0].name,
                         f"compiling it in a background process (pid {pid})" if pid else
                         "another process compiles it", log_path)
-        _checked[kernel] = time.monotonic()
-        _waiting[problem] = kernel
-    return kernel
 
 
 def _landed(kernel: tuple) -> None:
@@ -88,6 +116,7 @@ def _landed(kernel: tuple) -> None:
         if not _waiting:
             _sm80_weights.clear()
     log.info("the sm90 GEMM %s is compiled: calls that stood in for it take it from now on", kernel[0].name)
+    _start_queued()
 
 
 def sm80_weight(sw: SparseMatrix) -> SparseMatrix:
@@ -110,6 +139,7 @@ def clear() -> None:
     """Forget every stand-in (the next call looks at the cache afresh)."""
     with _lock:
         _waiting.clear()
-        _checked.clear()
+        _queued.clear()
         _started.clear()
+        _checked.clear()
         _sm80_weights.clear()
