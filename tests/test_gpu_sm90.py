@@ -189,10 +189,16 @@ def test_a_cold_sm90_gemm_is_stood_in_for_by_the_sm80_family(monkeypatch):
     try:
         m, n, k = 256, 512, 1024
         w, sw, x = operands(m, n, k, "f16", "row", seed=11)
+        from cutlass_sparse.api import eager
+        from cutlass_sparse.launch.sm80 import Sm80Plan
+
         info = {}
         check(cs.matmul(sw, x, info=info), w, x, "f16")
         assert info["config"].startswith("cutlass_tensorop") and len(started) == 1
+        assert info["stand_in_for"].startswith("cutlass3x_sm90")
         check(cs.matmul(sw, x), w, x, "f16")                 # again: not remembered by the eager path
+        check(cs.matmul(sw, x), w, x, "f16")
+        assert not any(isinstance(e.plan, Sm80Plan) for e in eager._entries.values())
         tokens = x.T.copy()                                     # cs.linear: x column-major, its own kernel
         check(cs.linear(tokens, sw).T, w, x, "f16")
         assert len(started) == 2 and started[0] != started[1]
@@ -219,6 +225,10 @@ def test_a_cold_sm90_gemm_is_stood_in_for_by_the_sm80_family(monkeypatch):
         assert info["config"].startswith("cutlass3x_sm90")
         check(cs.linear(tokens, sw).T, w, x, "f16")
         assert not stand_in.standing_in() and stand_in._sm80_weights == {} and len(started) == 2
+        check(cs.matmul(sw, x), w, x, "f16")                 # plain calls now remembered, on sm90
+        check(cs.matmul(sw, x), w, x, "f16")
+        remembered = [e.plan for e in eager._entries.values() if e.problem.m == m and e.problem.k == k]
+        assert remembered and not any(isinstance(plan, Sm80Plan) for plan in remembered)
     finally:
         stand_in.clear()
         plans.clear()

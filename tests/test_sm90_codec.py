@@ -103,3 +103,26 @@ def test_cupy_encode_names_the_group_that_breaks_2_to_4():
     bad[65, 20:23] = 1
     with pytest.raises(ValueError, match="row 65, columns 20..23 hold 3 non-zeros"):
         cs.compress(cupy.asarray(bad), layout="sm90")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("m, k", [(1, 16), (65, 48), (300, 1040)])
+def test_cupy_kernels_match_the_host_form(m, k, dtype):
+    # fresh matrices with -0.0, one and no non-zero per group: the GPU form equals the host's
+    import cupy
+
+    rng = np.random.default_rng(m + k)
+    dense = rng.standard_normal((m, k)).astype(np.float32)
+    dense[rng.random((m, k)) < 0.4] = 0.0
+    dense = cs.prune_2to4(dense.astype(dtype))
+    bits = dense.view(np.uint16)
+    bits[(bits == 0) & (rng.random((m, k)) < 0.5)] = 0x8000
+    element = "f16" if dtype is np.float16 else "bf16"
+    host_values, host_metadata = sm90_layout.encode(dense, element)
+    values, metadata = sm90_layout.encode(cupy.asarray(dense), element)
+    np.testing.assert_array_equal(values.get().view(np.uint16), host_values.view(np.uint16))
+    np.testing.assert_array_equal(metadata.get(), host_metadata)
+    back = sm90_layout.decode(values, metadata, (m, k), sm90_layout.STORED_ATOM_K, dense.dtype).get()
+    host_back = sm90_layout.decode(host_values, host_metadata, (m, k), sm90_layout.STORED_ATOM_K, dense.dtype)
+    np.testing.assert_array_equal(back.view(np.uint16), host_back.view(np.uint16))

@@ -47,8 +47,8 @@ def test_calls_take_the_sm90_plan_once_the_kernel_is_cached(cold, monkeypatch):
     kernel = stand_in.awaited_kernel(_problem())
     sw = cs.compress(cs.prune_2to4(np.random.default_rng(1).standard_normal((64, 32)).astype(np.float16)),
                      layout="sm90")
-    sw80 = stand_in.sm80_weight(sw)
-    assert sw80.layout == "sm80" and stand_in.sm80_weight(sw) is sw80        # converted once
+    sw80 = stand_in.sm80_weight(sw, kernel)
+    assert sw80.layout == "sm80" and stand_in.sm80_weight(sw, kernel) is sw80        # converted once
     np.testing.assert_array_equal(sw80.to_dense(), sw.to_dense())
     compiling["on"] = False
     real_cached = kernels.cached
@@ -99,19 +99,59 @@ def test_compiles_beyond_what_memory_and_cores_allow_wait_in_line(cold, monkeypa
     monkeypatch.setattr(kernels, "cached", lambda config, arch, cache=None:
                         (config, arch) in landed or real_cached(config, arch, cache))
     compiling["on"] = False
-    assert stand_in.awaited_kernel(problems[0]) is None                  # landed: the next one starts
+    # the first kernel landed; its problem is never called again, but any standing-in call
+    # ends it and starts the next one in line
+    assert stand_in.awaited_kernel(problems[2]) == kernels_awaited[2]
     assert started[1] == [kernels_awaited[1]] and len(started) == 2
+    assert stand_in.awaited_kernel(problems[0]) is None
     compiling["on"] = True
     assert stand_in.awaited_kernel(problems[2]) == kernels_awaited[2] and len(started) == 2
 
 
-def test_max_compiles_follows_cores_and_free_memory(monkeypatch):
+def test_8_bit_weights_never_stand_in(cold):
+    started, _ = cold
+    for element, out in (("s8", "s32"), ("e4m3", "bf16")):
+        problem = Problem.contiguous("sm90", 4096, 4096, 4096, element=element, element_out=out, layout_b="col",
+                                     arch="sm_90", sm_count=132)
+        assert stand_in.awaited_kernel(problem) is None
+    assert started == []
+
+
+def test_a_failed_start_or_conversion_ends_the_stand_in_for_good(cold, monkeypatch):
+    started, compiling = cold
+
+    def refuse(items):
+        raise OSError("no room")
+
+    monkeypatch.setattr(background, "start", refuse)
+    assert stand_in.awaited_kernel(_problem()) is None
+    assert stand_in.awaited_kernel(_problem()) is None and not stand_in.standing_in()   # not tried again
+    stand_in.clear()
+    monkeypatch.setattr(background, "start", lambda items: started.append(items) or (4242, "log"))
+    kernel = stand_in.awaited_kernel(_problem())
+    assert kernel is not None
+
+    class Broken:
+        shape, dtype, element = (64, 32), np.dtype(np.float16), "f16"
+
+        def to_dense(self):
+            raise MemoryError("out of memory converting")
+
+    assert stand_in.sm80_weight(Broken(), kernel) is None
+    assert stand_in.awaited_kernel(_problem()) is None and kernel in stand_in._failed
+
+
+def test_max_compiles_follows_cores_and_available_memory(monkeypatch):
     monkeypatch.setattr(stand_in.os, "cpu_count", lambda: 16)
-    pages = {"SC_AVPHYS_PAGES": (12 << 30) // 4096, "SC_PAGE_SIZE": 4096}
-    monkeypatch.setattr(stand_in.os, "sysconf", lambda name: pages[name])
+    available = {"bytes": 12 << 30}
+    monkeypatch.setattr(stand_in, "_memory_available", lambda: available["bytes"])
     assert stand_in.max_compiles() == 2
-    pages["SC_AVPHYS_PAGES"] = (1 << 30) // 4096
+    available["bytes"] = 1 << 30
     assert stand_in.max_compiles() == 1
     monkeypatch.setattr(stand_in.os, "cpu_count", lambda: 2)
-    pages["SC_AVPHYS_PAGES"] = (100 << 30) // 4096
+    available["bytes"] = 100 << 30
     assert stand_in.max_compiles() == 2
+
+
+def test_memory_available_reads_memavailable():
+    assert stand_in._memory_available() > 0

@@ -142,7 +142,8 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         epilogue = dict(alpha=alpha, beta=beta, c=c, bias=bias, activation=activation, leaky_slope=leaky_slope,
                         out_dtype=out_dtype, split_k=split_k)
         if (isinstance(sw, SparseBatch) or x.ndim == 3) and family == "sm90":
-            return _as_one_wide_gemm(sw, x, out=out, config=config, info=info, **epilogue)
+            return _as_one_wide_gemm(sw, x, out=out, config=config, info=info,
+                                     family=None if may_stand_in else "sm90", **epilogue)
         if isinstance(sw, SparseBatch) or x.ndim == 3:
             return batched.matmul(sw, x, out=out, config=config, info=info, **epilogue)
         call = operands.gemm_call(sw, x, family=family, out=out, split_k_mode=split_k_mode, **epilogue)
@@ -152,23 +153,28 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         with cupy.cuda.Device(call.problem.device_id):
             if (autotune or force_profile) and config is None and split_k is None and split_k_mode is None:
                 profiler.tune(call.problem, sw, call.x, force=force_profile)   # records the winner plans.get uses
-            if may_stand_in and stand_in.awaited_kernel(call.problem) is not None and \
+            stood_in_for = None
+            # never under graph capture: it would keep the stand-in, and the conversion synchronizes
+            if may_stand_in and call.problem.family == "sm90" and \
                     not graphs.capturing(cupy.cuda.get_current_stream().ptr):
-                # the sm90 GEMM compiles elsewhere: the sm80 family runs this call (not remembered;
-                # never under graph capture, which would keep the stand-in and forbids its conversion)
-                sw, fast = stand_in.sm80_weight(sw), None
-                call = operands.gemm_call(sw, x, family="sm80", out=out, split_k_mode=split_k_mode, **epilogue)
+                awaited = stand_in.awaited_kernel(call.problem)
+                sw80 = None if awaited is None else stand_in.sm80_weight(sw, awaited)
+                if sw80 is not None:   # the sm90 GEMM compiles elsewhere: the sm80 family runs this call
+                    stood_in_for, sw, fast = awaited[0].name, sw80, None    # (not remembered)
+                    call = operands.gemm_call(sw, x, family="sm80", out=out, split_k_mode=split_k_mode, **epilogue)
             plan = plans.get(call.problem, config)
             result = call.finish(plan.run(sw, call.x, call.out, operands.folded_c(call), workspace))
     if fast is not None:
         eager.remember(fast, call, x, out, plan)
     if info is not None:
         info.update(plan.info())
+        if stood_in_for is not None:
+            info["stand_in_for"] = stood_in_for
     return result
 
 
 def _as_one_wide_gemm(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, split_k,
-                      info):
+                      info, family):
     """sm90, one weight times a batch of x: one GEMM over the concatenated columns,
     sw @ [x[0] | x[1] | ...], which is what a batched kernel would compute with a wider N.
     A batch of column-major x[i] stored one after another is read in place; other layouts
@@ -189,7 +195,7 @@ def _as_one_wide_gemm(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slo
     elif beta != 0.0 and c is not None:
         c = cupy.tile(c, (1, batch))
     wide = matmul(sw, wide_x, alpha=alpha, beta=beta, c=c, bias=bias, activation=activation,
-                  leaky_slope=leaky_slope, out_dtype=out_dtype, config=config, family="sm90", split_k=split_k,
+                  leaky_slope=leaky_slope, out_dtype=out_dtype, config=config, family=family, split_k=split_k,
                   info=info)
     y = wide.reshape(m, batch, n).transpose(1, 0, 2)
     if out is None:

@@ -1,17 +1,20 @@
 """A cold cache's sm90 calls, run meanwhile by the sm80 family.
 
 An sm90 GEMM takes a minute or more to compile (NVRTC, the CUTLASS 3.x collectives'
-templates), an sm80 one seconds. Where a default-family call (cs.matmul or cs.linear
-naming no family and no kernel) needs an sm90 GEMM the cache lacks, that GEMM compiles
-in a detached process (build.background) and the call runs on the sm80 family, with the
-weight converted to the sm80 layout once (kept while standing in). The first call after
-the compile lands takes the sm90 plan; the converted weights are dropped when nothing
-stands in any more. CUTLASS_SPARSE_STAND_IN=0 waits for the compile instead, as do
-calls that name a family or a kernel, cs.plan and the profiler.
+templates), an sm80 one seconds. Where a default-family fp16/bf16 call (cs.matmul or
+cs.linear naming no family and no kernel) needs an sm90 GEMM the cache lacks, that GEMM
+compiles in a detached process (build.background) and the call runs on the sm80 family,
+with the weight converted to the sm80 layout once (kept while anything stands in). The
+first call after the compile lands takes the sm90 plan. CUTLASS_SPARSE_STAND_IN=0 waits
+for the compile instead, as do calls that name a family or a kernel, cs.plan, the
+profiler, 8-bit weights and calls under CUDA graph capture.
 
-An sm90 compile holds about 5 GB, so at most max_compiles() run at once (a serving loop
-on a cold cache can need several kernels, one per N range and layout); the others wait
-in line, started as earlier ones land, and their calls stand in meanwhile.
+An sm90 compile holds about 5 GB, so at most max_compiles() of this process's run at once
+(a serving loop on a cold cache can need several kernels, one per N range and layout);
+the others wait in line and start as earlier ones end, looked at on any standing-in call.
+A kernel whose background compile fails (or whose start, or the weight's conversion,
+fails) is not stood in for again in this process: its calls compile in-process and
+report why, as without stand-ins.
 """
 from __future__ import annotations
 
@@ -23,58 +26,61 @@ import weakref
 
 from .. import env
 from ..build import background, kernels
+from ..describe import dtypes
 from ..describe.problem import Problem
+from ..formats import sm80_layout
 from ..formats.matrices import SparseMatrix
 from ..formats.patterns import LAYOUT_SM80
 from . import plans
 
 log = logging.getLogger("cutlass_sparse")
 
-CHECK_EVERY_S = 0.25     # how often a standing-in call looks whether the compile ended
+CHECK_EVERY_S = 0.25     # how often standing-in calls look whether compiles ended
 START_GRACE_S = 20.0     # a compile neither cached nor under way this long after its start failed
 COMPILE_BYTES = 5 << 30  # peak memory of one sm90 compile (docs/compile_time.md: 4.2-4.9 GB)
 
 _waiting: dict[Problem, tuple] = {}       # sm90 problem -> (kernel, arch) it waits for
 _queued: list[tuple] = []                 # (kernel, arch) not started yet, in order
-_started: dict[tuple, float] = {}         # (kernel, arch) compiling -> when it was started
-_checked: dict[tuple, float] = {}         # (kernel, arch) -> when it was last looked at
+_started: dict[tuple, tuple] = {}         # (kernel, arch) compiling -> (when started, by this process)
+_failed: set[tuple] = set()               # (kernel, arch) whose stand-in ended in a failure
 _sm80_weights: dict[int, SparseMatrix] = {}   # id(sm90 matrix) -> its sm80 copy
-_lock = threading.Lock()
+_last_look = 0.0
+_lock = threading.RLock()
+
+
+def _memory_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return COMPILE_BYTES
 
 
 def max_compiles() -> int:
-    """Background compiles at once: one per core, as many as the free memory holds, at least one."""
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        free = COMPILE_BYTES
-    return max(1, min(os.cpu_count() or 1, free // COMPILE_BYTES))
+    """Background compiles at once: one per core, as many as the available memory holds, at least one."""
+    return max(1, min(os.cpu_count() or 1, _memory_available() // COMPILE_BYTES))
 
 
 def awaited_kernel(problem: Problem) -> tuple | None:
     """(kernel, arch) of the sm90 GEMM this default-family problem waits for, putting its
     compile in line on first sight; None where the sm90 plan can be made now (or must be:
-    compiling forbidden, stand-ins turned off, no writable cache to compile into)."""
+    compiling forbidden, stand-ins turned off or failed, no writable cache to compile into)."""
     found = _waiting.get(problem) if _waiting else None
     if found is None:
         return _first_sight(problem)
-    now = time.monotonic()
-    if now - _checked.get(found, 0.0) < CHECK_EVERY_S:
-        return found
-    _checked[found] = now
-    started = _started.get(found)
-    if started is None:                      # still in line
-        _start_queued()
-        return found
-    if not (kernels.loaded(*found) or kernels.cached(*found)) and \
-            (background.under_way(*found) or now - started < START_GRACE_S):
-        return found
-    _landed(found)          # compiled, or failed: then the sm90 plan compiles it here and says why
-    return None
+    _look()
+    return _waiting.get(problem)
 
 
 def _first_sight(problem: Problem) -> tuple | None:
-    if problem.family != "sm90" or env.compile_disabled() or not env.stand_in_allowed() or plans.known(problem):
+    if problem.family != "sm90" or problem.element not in dtypes.INPUT_NAMES or env.compile_disabled() or \
+            not env.stand_in_allowed() or plans.known(problem):
         return None
     try:
         asked = kernels.first_asked(lambda: plans.make(problem, None, plans.recorded_choice(problem, None)))
@@ -83,23 +89,39 @@ def _first_sight(problem: Problem) -> tuple | None:
     if asked is None:
         return None
     kernel = (asked[0].as_compiled(), kernels.normalize_arch(asked[1]))
-    if kernels.loaded(*kernel) or kernels.cached(*kernel) or not background.can_start():
+    if kernel in _failed or kernels.loaded(*kernel) or kernels.cached(*kernel) or not background.can_start():
         return None
     with _lock:
         if kernel not in _started and kernel not in _queued:
             _queued.append(kernel)
         _waiting[problem] = kernel
-    _start_queued()
-    return kernel
+    _look(now=True)
+    return _waiting.get(problem)
 
 
-def _start_queued() -> None:
-    """Start compiles in line while fewer than max_compiles() run."""
+def _look(now: bool = False) -> None:
+    """At most every CHECK_EVERY_S: end the stand-ins of compiles that ended (landed or
+    failed), then start compiles in line while fewer than max_compiles() of ours run."""
+    global _last_look
+    moment = time.monotonic()
+    if not now and moment - _last_look < CHECK_EVERY_S:
+        return
+    _last_look = moment
+    for kernel, (started, _) in list(_started.items()):
+        if kernels.loaded(*kernel) or kernels.cached(*kernel):
+            _end(kernel, "is compiled: calls that stood in for it take it from now on")
+        elif not background.under_way(*kernel) and moment - started >= START_GRACE_S:
+            _end(kernel, "did not compile in the background: its calls compile it here, and say why", failed=True)
     with _lock:
-        while _queued and len(_started) < max_compiles():
+        while _queued and sum(own for _, own in _started.values()) < max_compiles():
             kernel = _queued.pop(0)
-            _started[kernel] = _checked[kernel] = time.monotonic()
-            pid, log_path = background.start([kernel])
+            try:
+                pid, log_path = background.start([kernel])
+            except OSError as exc:
+                _end(kernel, f"could not be compiled in the background ({exc}): its calls compile it here",
+                     failed=True)
+                continue
+            _started[kernel] = (time.monotonic(), pid is not None)
             log.warning("the sm90 GEMM %s is not compiled yet: %s (about 1-2 minutes; log %s). Meanwhile "
                         "calls that need it run on the sm80 family (CUTLASS 2.x: slower on Hopper); "
                         "CUTLASS_SPARSE_STAND_IN=0 waits for the compile instead", kernel[0].name,
@@ -107,26 +129,40 @@ def _start_queued() -> None:
                         "another process compiles it", log_path)
 
 
-def _landed(kernel: tuple) -> None:
+def _end(kernel: tuple, why: str, failed: bool = False) -> None:
+    """Stop standing in for kernel (its problems take the sm90 plan from their next call)."""
     with _lock:
         for problem in [p for p, k in _waiting.items() if k == kernel]:
             del _waiting[problem]
-        _checked.pop(kernel, None)
         _started.pop(kernel, None)
+        if kernel in _queued:
+            _queued.remove(kernel)
+        if failed:
+            _failed.add(kernel)
         if not _waiting:
             _sm80_weights.clear()
-    log.info("the sm90 GEMM %s is compiled: calls that stood in for it take it from now on", kernel[0].name)
-    _start_queued()
+    (log.warning if failed else log.info)("the sm90 GEMM %s %s", kernel[0].name, why)
 
 
-def sm80_weight(sw: SparseMatrix) -> SparseMatrix:
-    """sw in the sm80 layout (converted on the GPU once, kept while anything stands in)."""
+def sm80_weight(sw: SparseMatrix, kernel: tuple) -> SparseMatrix | None:
+    """sw in the sm80 layout (converted on the GPU once, kept while anything stands in);
+    None where the conversion failed (out of memory, say): then kernel's calls stop
+    standing in and compile it here."""
     found = _sm80_weights.get(id(sw))
-    if found is None:
-        found = sw.to_layout(LAYOUT_SM80)
-        with _lock:
-            _sm80_weights[id(sw)] = found
-        weakref.finalize(sw, _sm80_weights.pop, id(sw), None)
+    if found is not None:
+        return found
+    try:
+        values, metadata = sm80_layout.encode(sw.to_dense(), sw.element)
+    except Exception as exc:    # CuPy's OutOfMemoryError among others: the sm90 plan still runs
+        _end(kernel, f"stand-in could not convert the weight ({type(exc).__name__}: {exc}): its calls compile "
+                     f"it here", failed=True)
+        return None
+    found = SparseMatrix(sw.shape, sw.dtype, values, metadata, LAYOUT_SM80)
+    with _lock:
+        if not _waiting:        # every stand-in ended meanwhile: keep nothing
+            return found
+        _sm80_weights[id(sw)] = found
+    weakref.finalize(sw, _sm80_weights.pop, id(sw), None)
     return found
 
 
@@ -137,9 +173,11 @@ def standing_in() -> bool:
 
 def clear() -> None:
     """Forget every stand-in (the next call looks at the cache afresh)."""
+    global _last_look
     with _lock:
         _waiting.clear()
         _queued.clear()
         _started.clear()
-        _checked.clear()
+        _failed.clear()
         _sm80_weights.clear()
+        _last_look = 0.0
