@@ -60,10 +60,12 @@ def convert(metadata, m: int, k: int, from_atom: int, to_atom: int):
 
     if from_atom == to_atom:
         return metadata
+    if from_atom not in ATOMS_K or to_atom not in ATOMS_K:
+        raise ValueError(f"atoms {from_atom}, {to_atom} must be among {ATOMS_K}")
     out = cupy.zeros(metadata_bytes(m, k, to_atom), dtype=cupy.uint8)
-    rows = cupy.arange(round_up(m, ATOM_M), dtype=cupy.int64)[:, None]
-    groups = cupy.arange(round_up(k, 16) // 8, dtype=cupy.int64)[None, :]   # K is a multiple of 16
-    out[byte_index(rows, groups, m, to_atom)] = metadata[byte_index(rows, groups, m, from_atom)]
+    groups = round_up(k, 16) // 8          # K is a multiple of 16; one thread per byte
+    _kernels()[2](metadata.reshape(-1), groups, round_up(m, ATOM_M), from_atom, to_atom, out,
+                  size=round_up(m, ATOM_M) * groups)
     return out
 
 
@@ -183,6 +185,12 @@ for (int half = 0; half < 2; ++half) {
 """
 
 
+_CONVERT = """
+long long row = i / groups, group = i % groups;
+out[sm90_byte_index(row, group, m_pad, to_atom)] = metadata[sm90_byte_index(row, group, m_pad, from_atom)];
+"""
+
+
 @functools.lru_cache(maxsize=1)
 def _kernels():
     import cupy
@@ -193,7 +201,9 @@ def _kernels():
     decode = cupy.ElementwiseKernel("raw uint16 values, raw uint8 metadata, int64 m, int64 k, int64 m_pad, "
                                     "int64 atom_k", "raw uint16 dense", _DECODE, "cutlass_sparse_sm90_decode",
                                     preamble=_BYTE_INDEX)
-    return encode, decode
+    convert = cupy.ElementwiseKernel("raw uint8 metadata, int64 groups, int64 m_pad, int64 from_atom, int64 to_atom",
+                                     "raw uint8 out", _CONVERT, "cutlass_sparse_sm90_convert", preamble=_BYTE_INDEX)
+    return encode, decode, convert
 
 
 def _fused_encode(dense, m: int, k: int, m_pad: int, k_pad: int):
