@@ -282,3 +282,26 @@ def test_sm80_encode_on_the_gpu_matches_the_host(m, k, dtype):
         bad[m - 1, :4] = np.array([1, 1, 1, 0], dtype=np.float32).astype(np_dtype)
         with pytest.raises(ValueError, match=f"row {m - 1}, columns 0..3 hold 3 non-zeros"):
             cs.compress(cupy.asarray(bad), layout="sm80")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, "bf16"])
+@pytest.mark.parametrize("m, k", [(1, 1), (7, 13), (64, 256), (300, 1001)])
+def test_prune_on_the_gpu_matches_the_host(m, k, dtype):
+    # fp16/bf16 cupy matrices prune in one CuPy kernel: the same bits as the host form,
+    # NaNs, infinities, -0.0 and ties included
+    import cupy
+
+    from cutlass_sparse.describe import dtypes as dt
+
+    np_dtype = dt.numpy_dtype(dtype) if isinstance(dtype, str) else dtype
+    rng = np.random.default_rng(m * 7 + k)
+    dense = np.round(rng.standard_normal((m, k)) * 2).astype(np.float32)     # many ties
+    specials = rng.random((m, k))
+    dense[specials < 0.05] = np.nan
+    dense[(specials >= 0.05) & (specials < 0.1)] = -np.inf
+    dense[(specials >= 0.1) & (specials < 0.2)] = -0.0
+    dense = dense.astype(np_dtype)
+    host = cs.prune_2to4(dense)
+    gpu = cs.prune_2to4(cupy.asarray(dense)).get()
+    np.testing.assert_array_equal(gpu.view(np.uint16), host.view(np.uint16))

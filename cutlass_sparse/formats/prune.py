@@ -1,8 +1,12 @@
 """2:4 pruning: keep the largest magnitudes the sparse tensor cores allow."""
 from __future__ import annotations
 
+import functools
+
+import numpy as np
+
 from ..describe.arith import round_up
-from .patterns import PATTERNS, _bits, _check_matrix, _order_key, check_fits, is_broadcast_batch
+from .patterns import _INF, PATTERNS, _bits, _check_matrix, _order_key, check_fits, is_broadcast_batch
 
 # Peak bytes per element of the padded matrix, beyond the input: a contiguous copy, the
 # padded bits, the order keys (2 or 4 bytes), the int8 ranks and one comparison's booleans,
@@ -48,6 +52,8 @@ def prune_2to4(dense):
 def _prune(xp, name: str, dense):
     pattern = PATTERNS[name]
     m, k = dense.shape
+    if xp is not np and name in _FUSED_INF:
+        return _fused_prune(dense, name)
     g = pattern.group
     kg = round_up(k, g)
     source = _bits(xp.ascontiguousarray(dense))
@@ -65,3 +71,41 @@ def _prune(xp, name: str, dense):
     del key
     kept = xp.where(rank < pattern.keep, groups, groups.dtype.type(0))
     return kept.reshape(m, kg)[:, :k].copy().view(dense.dtype)
+
+
+# fp16/bf16 on the GPU: one CuPy kernel, one thread per group of four (the form above runs
+# a dozen small kernels, which CuPy compiles on a machine's first use). Same keys and
+# ties, so the two agree bit for bit (tests/test_compress.py on the GPU).
+_FUSED_INF = {"f16": _INF["f16"], "bf16": _INF["bf16"]}
+_PRUNE = """
+long long groups = (k + 3) / 4, row = i / groups, col = (i % groups) * 4;
+unsigned short v[4], key[4];
+for (int j = 0; j < 4; ++j) {
+  v[j] = col + j < k ? dense[row * k + col + j] : 0;
+  unsigned short magnitude = v[j] & 0x7fff;
+  key[j] = magnitude < inf_plus_one ? magnitude : inf_plus_one;   // NaNs tie, above inf
+}
+for (int j = 0; j < 4; ++j) {
+  int rank = 0;   // values that beat this one: larger keys, and equal keys at a lower index
+  for (int o = 0; o < 4; ++o) rank += key[o] > key[j] || (key[o] == key[j] && o < j);
+  if (col + j < k) out[row * k + col + j] = rank < 2 ? v[j] : 0;
+}
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def _prune_kernel():
+    import cupy
+
+    return cupy.ElementwiseKernel("raw uint16 dense, int64 k, uint16 inf_plus_one", "raw uint16 out", _PRUNE,
+                                  "cutlass_sparse_prune_2to4_16bit")
+
+
+def _fused_prune(dense, name: str):
+    import cupy
+
+    m, k = dense.shape
+    out = cupy.empty((m, k), dtype=cupy.uint16)
+    _prune_kernel()(_bits(cupy.ascontiguousarray(dense)), k, np.uint16(_FUSED_INF[name] + 1), out,
+                    size=m * ((k + 3) // 4))
+    return out.view(dense.dtype)
