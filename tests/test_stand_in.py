@@ -21,6 +21,7 @@ def cold(tmp_path, monkeypatch):
     started, compiling = [], {"on": True}
     monkeypatch.setattr(background, "start", lambda items: started.append(items) or (4242, tmp_path / "log"))
     monkeypatch.setattr(background, "under_way", lambda config, arch: compiling["on"])
+    monkeypatch.setattr(background, "running", lambda: len(stand_in._started))   # the fake starts no process
     stand_in.clear()
     plans.clear()
     yield started, compiling
@@ -155,3 +156,42 @@ def test_max_compiles_follows_cores_and_available_memory(monkeypatch):
 
 def test_memory_available_reads_memavailable():
     assert stand_in._memory_available() > 0
+
+
+def test_a_landed_kernel_ends_its_stand_ins_whatever_call_comes_next(cold, monkeypatch):
+    # the problem that stood in is never called again (a warm-up's N): the next call of any
+    # default-family sm90 problem ends its stand-in, and the sm80 copies go
+    started, compiling = cold
+    kernel = stand_in.awaited_kernel(_problem())
+    sw = cs.compress(np.zeros((64, 32), dtype=np.float16), layout="sm90")
+    stand_in.sm80_weight(sw, kernel)
+    compiling["on"] = False
+    real_cached = kernels.cached
+    monkeypatch.setattr(kernels, "cached", lambda config, arch, cache=None:
+                        (config, arch) == kernel or real_cached(config, arch, cache))
+    assert stand_in.awaited_kernel(_problem(4000)) is None      # another problem, its kernel cached
+    assert not stand_in.standing_in() and stand_in._sm80_weights == {}
+
+
+def test_errors_looking_at_a_compile_never_reach_the_call(cold, monkeypatch):
+    started, _ = cold
+    kernel = stand_in.awaited_kernel(_problem())
+
+    def unreadable(config, arch):
+        raise PermissionError("lock directory unreadable")
+
+    monkeypatch.setattr(background, "under_way", unreadable)
+    monkeypatch.setattr(stand_in, "START_GRACE_S", 0.0)
+    assert stand_in.awaited_kernel(_problem()) is None and kernel in stand_in._failed
+
+
+def test_another_n_of_a_pending_kernel_stands_in_without_looking_at_the_cache(cold, monkeypatch):
+    started, _ = cold
+    kernel = stand_in.awaited_kernel(_problem())
+    looked = []
+    real_cached = kernels.cached
+    monkeypatch.setattr(kernels, "cached", lambda config, arch, cache=None:
+                        looked.append(config) or real_cached(config, arch, cache))
+    monkeypatch.setattr(stand_in, "CHECK_EVERY_S", 3600.0)
+    assert [stand_in.awaited_kernel(_problem(n)) for n in (3000, 3500, 4000)] == [kernel] * 3
+    assert looked == [] and len(started) == 1

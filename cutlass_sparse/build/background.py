@@ -82,7 +82,17 @@ def start(items: list[tuple[object, str]]) -> tuple[int | None, Path]:
                                    close_fds=True, env=os.environ.copy())
     finally:
         os.close(log_fd)
+    _children.append(process)
     return process.pid, log_path
+
+
+_children: list[subprocess.Popen] = []   # the compiles this process started
+
+
+def running() -> int:
+    """How many compiles this process started are still running (the ended ones are reaped)."""
+    _children[:] = [process for process in _children if process.poll() is None]
+    return len(_children)
 
 
 def _run(job: Path) -> int:

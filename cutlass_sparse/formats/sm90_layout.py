@@ -149,8 +149,8 @@ __device__ long long sm90_byte_index(long long row, long long group, long long m
 _ENCODE = """
 long long per_row = k_pad / 8, row = i / per_row, group = i % per_row;
 unsigned char byte = 0;
-for (int half = 0; half < 2; ++half) {
-  long long col = group * 8 + half * 4;
+for (int part = 0; part < 2; ++part) {
+  long long col = group * 8 + part * 4;
   bool inside = row < m && col < k;           // K is a multiple of 16: a group is all in or all out
   unsigned short v[4];
   int count = 0, first = -1, second = -1;
@@ -168,7 +168,7 @@ for (int half = 0; half < 2; ++half) {
     values[row * (k / 2) + col / 2] = v[i0];
     values[row * (k / 2) + col / 2 + 1] = v[i1];
   }
-  byte |= (unsigned char)((i0 | (i1 << 2)) << (4 * half));
+  byte |= (unsigned char)((i0 | (i1 << 2)) << (4 * part));
 }
 metadata[sm90_byte_index(row, group, m_pad, 128)] = byte;
 """
@@ -176,9 +176,9 @@ metadata[sm90_byte_index(row, group, m_pad, 128)] = byte;
 _DECODE = """
 long long per_row = k / 8, row = i / per_row, group = i % per_row;
 unsigned char byte = metadata[sm90_byte_index(row, group, m_pad, atom_k)];
-for (int half = 0; half < 2; ++half) {
-  long long col = group * 8 + half * 4;
-  int nibble = (byte >> (4 * half)) & 0xf, i0 = nibble & 3, i1 = nibble >> 2;
+for (int part = 0; part < 2; ++part) {
+  long long col = group * 8 + part * 4;
+  int nibble = (byte >> (4 * part)) & 0xf, i0 = nibble & 3, i1 = nibble >> 2;
   unsigned short a = values[row * (k / 2) + col / 2], b = values[row * (k / 2) + col / 2 + 1];
   for (int j = 0; j < 4; ++j) dense[row * k + col + j] = j == i1 ? b : (j == i0 ? a : 0);
 }

@@ -9,7 +9,7 @@ first call after the compile lands takes the sm90 plan. CUTLASS_SPARSE_STAND_IN=
 for the compile instead, as do calls that name a family or a kernel, cs.plan, the
 profiler, 8-bit weights and calls under CUDA graph capture.
 
-An sm90 compile holds about 5 GB, so at most max_compiles() of this process's run at once
+An sm90 compile holds about 5 GB, so at most max_compiles() of this process's compiles run at once
 (a serving loop on a cold cache can need several kernels, one per N range and layout);
 the others wait in line and start as earlier ones end, looked at on any standing-in call.
 A kernel whose background compile fails (or whose start, or the weight's conversion,
@@ -38,10 +38,11 @@ log = logging.getLogger("cutlass_sparse")
 CHECK_EVERY_S = 0.25     # how often standing-in calls look whether compiles ended
 START_GRACE_S = 20.0     # a compile neither cached nor under way this long after its start failed
 COMPILE_BYTES = 5 << 30  # peak memory of one sm90 compile (docs/compile_time.md: 4.2-4.9 GB)
+MAX_WAITING = 1 << 16    # problems remembered as standing in (a serving loop's every new N is one)
 
 _waiting: dict[Problem, tuple] = {}       # sm90 problem -> (kernel, arch) it waits for
 _queued: list[tuple] = []                 # (kernel, arch) not started yet, in order
-_started: dict[tuple, tuple] = {}         # (kernel, arch) compiling -> (when started, by this process)
+_started: dict[tuple, float] = {}         # (kernel, arch) compiling -> when it was started
 _failed: set[tuple] = set()               # (kernel, arch) whose stand-in ended in a failure
 _sm80_weights: dict[int, SparseMatrix] = {}   # id(sm90 matrix) -> its sm80 copy
 _last_look = 0.0
@@ -71,11 +72,12 @@ def awaited_kernel(problem: Problem) -> tuple | None:
     """(kernel, arch) of the sm90 GEMM this default-family problem waits for, putting its
     compile in line on first sight; None where the sm90 plan can be made now (or must be:
     compiling forbidden, stand-ins turned off or failed, no writable cache to compile into)."""
-    found = _waiting.get(problem) if _waiting else None
-    if found is None:
-        return _first_sight(problem)
-    _look()
-    return _waiting.get(problem)
+    if _waiting:
+        _look()             # whatever call comes: a kernel may have landed for problems not called again
+        found = _waiting.get(problem)
+        if found is not None:
+            return found
+    return _first_sight(problem)
 
 
 def _first_sight(problem: Problem) -> tuple | None:
@@ -89,9 +91,20 @@ def _first_sight(problem: Problem) -> tuple | None:
     if asked is None:
         return None
     kernel = (asked[0].as_compiled(), kernels.normalize_arch(asked[1]))
-    if kernel in _failed or kernels.loaded(*kernel) or kernels.cached(*kernel) or not background.can_start():
+    if kernel in _started or kernel in _queued:     # pending already (another N of its range, say)
+        with _lock:
+            if len(_waiting) < MAX_WAITING and (kernel in _started or kernel in _queued):
+                _waiting[problem] = kernel
+        return kernel if (kernel in _started or kernel in _queued) else None
+    try:
+        if kernel in _failed or kernels.loaded(*kernel) or kernels.cached(*kernel) or not background.can_start():
+            return None
+    except Exception as exc:    # an unreadable cache or lock directory: no stand-in, the plan says why
+        log.debug("no stand-in for %s: %s", kernel[0].name, exc)
         return None
     with _lock:
+        if kernel in _failed:
+            return None
         if kernel not in _started and kernel not in _queued:
             _queued.append(kernel)
         _waiting[problem] = kernel
@@ -99,29 +112,45 @@ def _first_sight(problem: Problem) -> tuple | None:
     return _waiting.get(problem)
 
 
+def _ended(kernel: tuple, started: float | None, moment: float) -> tuple[str, bool] | None:
+    """(why, failed) where kernel's stand-in should end now, else None."""
+    if kernels.loaded(*kernel) or kernels.cached(*kernel):
+        return "is compiled: calls that stood in for it take it from now on", False
+    if started is None or background.under_way(*kernel) or moment - started < START_GRACE_S:
+        return None
+    if kernels.cached(*kernel):     # landed between the two looks
+        return "is compiled: calls that stood in for it take it from now on", False
+    return "did not compile in the background: its calls compile it here, and say why", True
+
+
 def _look(now: bool = False) -> None:
     """At most every CHECK_EVERY_S: end the stand-ins of compiles that ended (landed or
-    failed), then start compiles in line while fewer than max_compiles() of ours run."""
+    failed) or that another process compiled while in line, then start compiles in line
+    while fewer than max_compiles() of ours run."""
     global _last_look
     moment = time.monotonic()
     if not now and moment - _last_look < CHECK_EVERY_S:
         return
     _last_look = moment
-    for kernel, (started, _) in list(_started.items()):
-        if kernels.loaded(*kernel) or kernels.cached(*kernel):
-            _end(kernel, "is compiled: calls that stood in for it take it from now on")
-        elif not background.under_way(*kernel) and moment - started >= START_GRACE_S:
-            _end(kernel, "did not compile in the background: its calls compile it here, and say why", failed=True)
+    pending = list(_started.items()) + [(k, None) for k in list(_queued)]
+    for kernel, started in pending:
+        try:
+            ended = _ended(kernel, started, moment)
+        except Exception as exc:    # the cache or the lock directory unreadable: stop standing in
+            ended = f"could not be looked for ({type(exc).__name__}: {exc}): its calls compile it here", True
+        if ended is not None:
+            _end(kernel, *ended)
     with _lock:
-        while _queued and sum(own for _, own in _started.values()) < max_compiles():
+        # slots count this process's compiles still running, whatever became of their stand-ins
+        while _queued and background.running() < max_compiles():
             kernel = _queued.pop(0)
             try:
                 pid, log_path = background.start([kernel])
-            except OSError as exc:
-                _end(kernel, f"could not be compiled in the background ({exc}): its calls compile it here",
-                     failed=True)
+            except Exception as exc:    # OSError, an untrusted lock directory, ...
+                _end(kernel, f"could not be compiled in the background ({type(exc).__name__}: {exc}): its calls "
+                             f"compile it here", failed=True)
                 continue
-            _started[kernel] = (time.monotonic(), pid is not None)
+            _started[kernel] = time.monotonic()
             log.warning("the sm90 GEMM %s is not compiled yet: %s (about 1-2 minutes; log %s). Meanwhile "
                         "calls that need it run on the sm80 family (CUTLASS 2.x: slower on Hopper); "
                         "CUTLASS_SPARSE_STAND_IN=0 waits for the compile instead", kernel[0].name,
@@ -129,7 +158,7 @@ def _look(now: bool = False) -> None:
                         "another process compiles it", log_path)
 
 
-def _end(kernel: tuple, why: str, failed: bool = False) -> None:
+def _end(kernel: tuple, why: str, failed: bool) -> None:
     """Stop standing in for kernel (its problems take the sm90 plan from their next call)."""
     with _lock:
         for problem in [p for p, k in _waiting.items() if k == kernel]:
