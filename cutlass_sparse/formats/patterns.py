@@ -86,6 +86,11 @@ def available_bytes(dense) -> int | None:
         with cupy.cuda.Device(dense.device.id):
             free, _ = cupy.cuda.runtime.memGetInfo()
         return free + cupy.get_default_memory_pool().free_bytes()
+    return host_available_bytes()
+
+
+def host_available_bytes() -> int | None:
+    """The host's MemAvailable (else its free pages); None when the platform does not say."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:

@@ -30,7 +30,7 @@ from ..describe import dtypes
 from ..describe.problem import Problem
 from ..formats import sm80_layout
 from ..formats.matrices import SparseMatrix
-from ..formats.patterns import LAYOUT_SM80
+from ..formats.patterns import LAYOUT_SM80, host_available_bytes
 from . import plans
 
 log = logging.getLogger("cutlass_sparse")
@@ -50,17 +50,8 @@ _lock = threading.RLock()
 
 
 def _memory_available() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return COMPILE_BYTES
+    available = host_available_bytes()
+    return COMPILE_BYTES if available is None else available
 
 
 def max_compiles() -> int:
