@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from cutlass_sparse.build import background, kernels
+from cutlass_sparse.build import background, compile_locks, kernels
 from cutlass_sparse.build.cache import default_cache
 from cutlass_sparse.cli import run
 from cutlass_sparse.describe import selection
@@ -44,11 +44,11 @@ def test_detached_compile_fills_the_callers_cache(cache_env, config):
     said = log_path.read_text()
     assert f"compiled {config.name} for sm_80" in said
     os.waitpid(pid, 0)      # our child: reap it (a run's process exits first and never does)
-    assert not list((cache_env / background.LOCK_DIR).glob("job-*.json"))
+    assert not list((cache_env / compile_locks.LOCK_DIR).glob("job-*.json"))
 
 
 def test_a_kernel_under_way_is_not_started_again(cache_env, config):
-    held = background._try_lock(background._lock_file(config, "sm_80"))   # as a compiling process would
+    held = compile_locks.try_lock(compile_locks.lock_file(config, "sm_80"))   # as a compiling process would
     try:
         assert background.under_way(config, "sm_80")
         pid, _ = background.start([(config, "sm_80")])
@@ -60,7 +60,7 @@ def test_a_kernel_under_way_is_not_started_again(cache_env, config):
 
 
 def test_lock_file_is_not_followed_through_a_link(cache_env, config):
-    lock = background._lock_file(config, "sm_80")
+    lock = compile_locks.lock_file(config, "sm_80")
     target = cache_env / "elsewhere"
     target.write_text("keep")
     lock.symlink_to(target)
@@ -86,3 +86,23 @@ def test_no_stand_in_when_compiling_is_forbidden_or_not_sm90(cache_env, monkeypa
     monkeypatch.setenv("CUTLASS_SPARSE_NO_COMPILE", "1")
     sm90 = Problem.contiguous("sm90", 4096, 4096, 4096, element="f16", arch="sm_90", sm_count=132)
     assert run.stand_in(sm90) is None
+
+
+def test_a_compile_under_way_elsewhere_is_waited_for_not_repeated(cache_env, config, monkeypatch):
+    # another process holds the kernel's lock for a while: this one waits, then goes on
+    import subprocess
+    import sys
+
+    path = compile_locks.lock_file(config, "sm_80")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1.5)"), str(path)],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    monkeypatch.setenv(compile_locks.WORKER_ENV, "1")
+    assert not compile_locks.wait_for_other(config, "sm_80")     # a detached compile's worker: never waits
+    monkeypatch.delenv(compile_locks.WORKER_ENV)
+    start = time.monotonic()
+    assert compile_locks.wait_for_other(config, "sm_80")
+    assert time.monotonic() - start >= 0.5 and holder.wait() == 0
+    assert not compile_locks.wait_for_other(config, "sm_80")     # nothing under way: no wait

@@ -2,15 +2,12 @@
 
 A first run on a cold cache can run a kernel that compiles in seconds while the one it
 would rather run (an sm90 GEMM: a minute or two of NVRTC) compiles here; later runs find
-it cached (cli.run). One lock file per kernel, beside the cache, is held (flock) for as
-long as its compile runs, so a second run sees the compile under way instead of
-starting it again, and a crashed compile leaves no stale claim (the kernel drops the
-lock with the process).
+it cached (cli.run, plan.stand_in). Each kernel's compile lock (build.compile_locks) is
+held for as long as its compile runs, so a second run sees it under way instead of
+starting it again.
 """
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import subprocess
@@ -20,38 +17,7 @@ from pathlib import Path
 
 from .. import trust
 from .cache import default_cache
-
-LOCK_DIR = "compiling"      # beside compiled_cache.db: <dir>/compiling/<kernel>.lock, and the log
-
-
-def _lock_dir() -> Path:
-    return trust.private_dir(default_cache().path.parent / LOCK_DIR)
-
-
-def _lock_file(config, arch: str) -> Path:
-    digest = hashlib.sha256(json.dumps([config.to_json(), arch], sort_keys=True).encode()).hexdigest()[:24]
-    return _lock_dir() / f"{digest}.lock"
-
-
-def _try_lock(path: Path) -> int | None:
-    """An fd holding path's lock, or None while another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def under_way(config, arch: str) -> bool:
-    """Whether some process is compiling this kernel now (holds its lock)."""
-    fd = _try_lock(_lock_file(config, arch))
-    if fd is None:
-        return True
-    os.close(fd)
-    return False
-
+from .compile_locks import WORKER_ENV, lock_dir, lock_file, try_lock, under_way
 
 def can_start() -> bool:
     """Whether a detached compile could keep its result: the writable cache's directory is ours to write."""
@@ -66,7 +32,7 @@ def start(items: list[tuple[object, str]]) -> tuple[int | None, Path]:
     """Start one detached process compiling the (config, arch) items not already under way.
 
     Returns its pid (None where every item was under way already) and its log."""
-    directory = _lock_dir()
+    directory = lock_dir()
     log_path = directory / "background.log"
     todo = [(c, a) for c, a in items if not under_way(c, a)]
     if not todo:
@@ -102,11 +68,12 @@ def _run(job: Path) -> int:
     from . import warmup
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    os.environ[WORKER_ENV] = "1"    # inherited by the compile workers
     items = [(warmup._config_from_json(c), a) for c, a in json.loads(job.read_text())]
     job.unlink(missing_ok=True)
     held = []
     for config, arch in items:
-        fd = _try_lock(_lock_file(config, arch))
+        fd = try_lock(lock_file(config, arch))
         if fd is not None:         # else another process compiles it
             held.append(((config, arch), fd))
     failed = 0

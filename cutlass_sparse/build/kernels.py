@@ -17,7 +17,7 @@ from .. import env
 from ..describe.description import SparseGemmConfig
 from ..emit.emitted import Emitted
 from ..emit.registry import emit
-from . import compiler, cubin
+from . import compile_locks, compiler, cubin
 from .cache import KernelCache, default_cache
 
 log = logging.getLogger("cutlass_sparse")
@@ -177,6 +177,10 @@ def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) ->
     found, emitted, options, key = _lookup(config, arch, cache)
     if found is not None:
         return found
+    if not env.compile_disabled() and compile_locks.wait_for_other(config, arch):   # a stand-in's compile, say
+        found, emitted, options, key = _lookup(config, arch, cache)
+        if found is not None:
+            return found
     if not env.compile_disabled():   # else the compiler refuses at once: nothing to wait for
         _say_compiling(config, arch, cache)
     compiled = compiler.compile_to_cubin(emitted.source, config.name, options, emitted.headers)
