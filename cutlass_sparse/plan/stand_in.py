@@ -104,13 +104,16 @@ def _first_sight(problem: Problem) -> tuple | None:
 
 
 def _ended(kernel: tuple, started: float | None, moment: float) -> tuple[str, bool] | None:
-    """(why, failed) where kernel's stand-in should end now, else None."""
+    """(why, failed) where kernel's stand-in should end now, else None. The lock first: a
+    compile under way has cached nothing yet, and asking the cache costs milliseconds."""
+    if background.under_way(*kernel):
+        return None
+    if started is None:         # in line, and nobody compiles it
+        return None
     if kernels.loaded(*kernel) or kernels.cached(*kernel):
         return "is compiled: calls that stood in for it take it from now on", False
-    if started is None or background.under_way(*kernel) or moment - started < START_GRACE_S:
+    if moment - started < START_GRACE_S:    # its process may not hold the lock yet
         return None
-    if kernels.cached(*kernel):     # landed between the two looks
-        return "is compiled: calls that stood in for it take it from now on", False
     return "did not compile in the background: its calls compile it here, and say why", True
 
 
