@@ -17,6 +17,7 @@ def cold(tmp_path, monkeypatch):
     for name in ("CUTLASS_SPARSE_NO_COMPILE", "CUTLASS_SPARSE_STAND_IN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(stand_in, "CHECK_EVERY_S", 0.0)
+    monkeypatch.setattr(stand_in, "_capturing", lambda: False)                   # no stream to ask
     monkeypatch.setattr(plans, "recorded_choice", lambda problem, config: None)   # no GPU to name records by
     started, compiling = [], {"on": True}
     monkeypatch.setattr(background, "start", lambda items: started.append(items) or (4242, tmp_path / "log"))

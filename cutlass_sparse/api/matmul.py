@@ -154,9 +154,7 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
             if (autotune or force_profile) and config is None and split_k is None and split_k_mode is None:
                 profiler.tune(call.problem, sw, call.x, force=force_profile)   # records the winner plans.get uses
             stood_in_for = None
-            # never under graph capture: it would keep the stand-in, and the conversion synchronizes
-            if may_stand_in and call.problem.family == "sm90" and \
-                    not graphs.capturing(cupy.cuda.get_current_stream().ptr):
+            if may_stand_in and call.problem.family == "sm90":
                 awaited = stand_in.awaited_kernel(call.problem)
                 sw80 = None if awaited is None else stand_in.sm80_weight(sw, awaited)
                 if sw80 is not None:   # the sm90 GEMM compiles elsewhere: the sm80 family runs this call

@@ -108,18 +108,12 @@ def missing_sm90_kernels(problem: Problem, config=None) -> list:
     nothing) that the cache lacks; [] for other families, or where compiling is forbidden."""
     from .. import env
     from ..build import kernels
-    from ..plan import plans
+    from ..plan import stand_in
 
     if problem.family != "sm90" or env.compile_disabled():
         return []
-    try:
-        asked = kernels.first_asked(lambda: plans.make(problem, config))
-    except ValueError:   # refused: needed_kernels or the run reports it
-        return []
-    if asked is None:
-        return []
-    kernel, arch = asked[0].as_compiled(), kernels.normalize_arch(asked[1])
-    return [] if kernels.cached(kernel, arch) else [(kernel, arch)]
+    kernel = stand_in.gemm_kernel(problem, config)   # None: refused, needed_kernels or the run reports it
+    return [] if kernel is None or kernels.cached(*kernel) else [kernel]
 
 
 def stand_in(problem: Problem) -> str | None:

@@ -100,8 +100,7 @@ def encode(dense, element: str):
     if xp is not np:
         encoded = _fused_encode(dense, m, k, m_pad, k_pad)
         if encoded is not None:
-            return encoded
-        sm80_layout.grouped(dense, element, (m_pad, k_pad))   # a group breaks 2:4: name it, as sm80 does
+            return encoded   # else a group breaks 2:4: grouped below names it
     groups, nonzero, counts = sm80_layout.grouped(dense, element, (m_pad, k_pad))
     first, second = sm80_layout.nonzero_positions(xp, nonzero, counts)
     idx0 = xp.where((counts == 2) | ((counts == 1) & (first < 3)), first, 0).astype(xp.int32)

@@ -31,6 +31,7 @@ from ..describe.problem import Problem
 from ..formats import sm80_layout
 from ..formats.matrices import SparseMatrix
 from ..formats.patterns import LAYOUT_SM80, host_available_bytes
+from ..launch import graphs
 from . import plans
 
 log = logging.getLogger("cutlass_sparse")
@@ -62,31 +63,48 @@ def max_compiles() -> int:
 def awaited_kernel(problem: Problem) -> tuple | None:
     """(kernel, arch) of the sm90 GEMM this default-family problem waits for, putting its
     compile in line on first sight; None where the sm90 plan can be made now (or must be:
-    compiling forbidden, stand-ins turned off or failed, no writable cache to compile into)."""
+    compiling forbidden, stand-ins turned off or failed, no writable cache to compile into,
+    the current stream capturing a CUDA graph, which would keep the stand-in for good)."""
     if _waiting:
         _look()             # whatever call comes: a kernel may have landed for problems not called again
         found = _waiting.get(problem)
         if found is not None:
-            return found
+            return None if _capturing() else found
     return _first_sight(problem)
+
+
+def _capturing() -> bool:
+    import cupy
+
+    return graphs.capturing(cupy.cuda.get_current_stream().ptr)
+
+
+def gemm_kernel(problem: Problem, config=None, choice=None) -> tuple | None:
+    """(kernel, arch) of the sm90 GEMM a plan of problem would load, as its binary is
+    cached (nothing compiled or loaded); None where the plan refuses the problem."""
+    try:
+        asked = kernels.first_asked(lambda: plans.make(problem, config, choice))
+    except ValueError:      # refused: the sm90 plan says why
+        return None
+    return None if asked is None else (asked[0].as_compiled(), kernels.normalize_arch(asked[1]))
+
+
+def _pending(kernel: tuple) -> bool:
+    return kernel in _started or kernel in _queued
 
 
 def _first_sight(problem: Problem) -> tuple | None:
     if problem.family != "sm90" or problem.element not in dtypes.INPUT_NAMES or env.compile_disabled() or \
-            not env.stand_in_allowed() or plans.known(problem):
+            not env.stand_in_allowed() or plans.known(problem) or _capturing():
         return None
-    try:
-        asked = kernels.first_asked(lambda: plans.make(problem, None, plans.recorded_choice(problem, None)))
-    except ValueError:      # refused: the sm90 plan says why
+    kernel = gemm_kernel(problem, None, plans.recorded_choice(problem, None))
+    if kernel is None:
         return None
-    if asked is None:
-        return None
-    kernel = (asked[0].as_compiled(), kernels.normalize_arch(asked[1]))
-    if kernel in _started or kernel in _queued:     # pending already (another N of its range, say)
+    if _pending(kernel):    # another N of its range, say: one dict insert
         with _lock:
-            if len(_waiting) < MAX_WAITING and (kernel in _started or kernel in _queued):
+            if len(_waiting) < MAX_WAITING and _pending(kernel):
                 _waiting[problem] = kernel
-        return kernel if (kernel in _started or kernel in _queued) else None
+        return kernel if _pending(kernel) else None
     try:
         if kernel in _failed or kernels.loaded(*kernel) or kernels.cached(*kernel) or not background.can_start():
             return None
@@ -96,7 +114,7 @@ def _first_sight(problem: Problem) -> tuple | None:
     with _lock:
         if kernel in _failed:
             return None
-        if kernel not in _started and kernel not in _queued:
+        if not _pending(kernel):
             _queued.append(kernel)
         _waiting[problem] = kernel
     _look(now=True)
