@@ -54,7 +54,8 @@ class Family:
         return None
 
     def config(self, tile, element: str, element_out: str, layout_b: str,
-               alignment_b: int, alignment_c: int, element_b: str = "") -> SparseGemmConfig:
+               alignment_b: int, alignment_c: int, element_b: str = "", reads_c: bool = True) -> SparseGemmConfig:
+        """reads_c False (sm90): the tile's kernel for problems without C (SparseGemmConfig.reads_c)."""
         why = self._refusal(tile, element, element_out)
         if why:
             raise ValueError(f"the {'x'.join(map(str, tile[0]))} tile of the {self.name} catalog has no "
@@ -67,7 +68,7 @@ class Family:
             alignment_c=alignment_c,
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
             cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler, fast_accum=self.fast_accum,
-            element_b="" if element_b == element else element_b)
+            element_b="" if element_b == element else element_b, reads_c=reads_c)
 
     def out_types(self, element: str, outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """'same' in the catalog is the input type."""

@@ -95,6 +95,10 @@ class SparseGemmConfig:
     fast_accum: bool = False
     # B's type where it is not A's ("": the same): sm90 e4m3 weights with e5m2 activations
     element_b: str = ""
+    # sm90: whether the epilogue reads C. False (beta = 0, no bias folded into C): CUTLASS's
+    # epilogue gets no C (ElementC void), so its shared memory holds D's buffers only and
+    # the mainloop takes the room as another stage.
+    reads_c: bool = True
 
     def __post_init__(self):
         checks = [
@@ -132,6 +136,8 @@ class SparseGemmConfig:
              "scales 'row_col': an int32 output is the raw accumulator (scales need a float or int8 output)"),
             (not self.fast_accum or (self.family == "sm90" and self.element in dtypes.FP8_NAMES),
              f"fast_accum: sm90 fp8 kernels only, not {self.family} {self.element}"),
+            (self.reads_c or self.family == "sm90",
+             "reads_c False: family sm90 only (CUTLASS 2.x sparse kernels always have a C operand)"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
              "tile_scheduler 'streamk' needs the sm90 'cooperative' schedule (CUTLASS's ping-pong kernel has no stream-K)"),
         ]
@@ -230,13 +236,15 @@ class SparseGemmConfig:
             name += f"_{self.activation}"
         if self.scales != "none":
             name += "_scaled"
+        if not self.reads_c:
+            name += "_noc"
         return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
 
     @functools.cached_property
     def key(self) -> str:
         """Stable short hash of every field."""
         fields = asdict(self)
-        for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", "")):
+        for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", ""), ("reads_c", True)):
             if fields[field] == default:   # keys made before the field existed stay valid
                 del fields[field]
         blob = json.dumps(fields, sort_keys=True)

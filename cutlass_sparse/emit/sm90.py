@@ -103,9 +103,9 @@ using ClusterShape = Shape<_${cm}, _${cn}, _${ck}>;
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, ${accumulator}, ${compute},
+    ${source_c}, ${layout_c}, ${alignment_c},
     ElementC, ${layout_c}, ${alignment_c},
-    ElementC, ${layout_c}, ${alignment_c},
-    ${epilogue_schedule}, ${fusion}>::CollectiveOp;
+    ${epilogue_schedule}, ${fusion}>::CollectiveOp;${stage_search}
 
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
@@ -233,6 +233,28 @@ ${name}(__grid_constant__ Params const params, Params const *from_device) {
 """
 
 
+# Kernels without C, stages automatic: CUTLASS's count (StageCountAutoCarveout) reserves
+# more than such a kernel needs (fp8 128x256x128 with bf16 D got 4 stages in 185 KB; 5 fit
+# in the 227 KB exactly and ran 3% faster at 8192^3, docs/sweep_void_c_h100.log). So take
+# one stage more wherever the whole kernel's shared memory still fits.
+STAGE_SEARCH = """
+
+template <class StageCount>
+using MainloopWith = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
+    ElementA, cutlass::layout::RowMajor, ${alignment_a},
+    ElementB, ${layout_b}, ${alignment_b},
+    ${accumulator}, TileShape, ClusterShape,
+    StageCount,
+    ${kernel_schedule}>::CollectiveOp;
+constexpr int AutoStages = MainloopWith<cutlass::gemm::collective::StageCountAutoCarveout<
+    static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>>::DispatchPolicy::Stages;
+constexpr bool OneMoreStageFits = cutlass::gemm::kernel::GemmUniversal<
+    Shape<int, int, int, int>, MainloopWith<cutlass::gemm::collective::StageCount<AutoStages + 1>>,
+    CollectiveEpilogue, ${tile_scheduler}>::SharedStorageSize <= cutlass::gemm::collective::detail::sm90_smem_capacity_bytes;"""
+SEARCHED_STAGES = "cutlass::gemm::collective::StageCount<OneMoreStageFits ? AutoStages + 1 : AutoStages>"
+
+
 GDC = """\
 // Programmatic dependent launch: the kernel waits on the previous grid (griddepcontrol.wait)
 // before its first global access and lets the next start after its last mainloop, so a
@@ -249,23 +271,34 @@ def emit(config: SparseGemmConfig) -> Emitted:
     stages = ("cutlass::gemm::collective::StageCountAutoCarveout<"
               "static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
               if config.stages == 0 else f"cutlass::gemm::collective::StageCount<{config.stages}>")
+    scheduler = _scheduler_snippets(config)
+    mainloop = {"alignment_a": config.alignment_a, "alignment_b": config.alignment_b,
+                "layout_b": LayoutTag[config.tensor_b.layout],
+                "accumulator": DataTypeTag[config.math_instruction.element_accumulator],
+                "kernel_schedule": KernelScheduleTag[kernel_schedule]}
+    stage_search = ""
+    if config.stages == 0 and not config.reads_c:
+        stage_search = substitute(STAGE_SEARCH, {**mainloop, "tile_scheduler": scheduler["tile_scheduler"]})
+        stages = SEARCHED_STAGES
     source = substitute(TEMPLATE, {
         "name": config.name,
         "gdc": GDC,
         "element": DataTypeTag[config.tensor_a.element],
         "element_b": DataTypeTag[config.tensor_b.element],
         "element_c": DataTypeTag[config.tensor_c.element],
-        "accumulator": DataTypeTag[config.math_instruction.element_accumulator],
+        **mainloop,
         "compute": epilogue.compute_type(config.element_out),
-        "layout_b": LayoutTag[config.tensor_b.layout],
         "layout_c": LayoutTag[config.tensor_c.layout],
-        "alignment_a": config.alignment_a, "alignment_b": config.alignment_b, "alignment_c": config.alignment_c,
+        # C's element as the epilogue reads it; void: no C buffers in shared memory, which
+        # leaves room for one more mainloop stage (beta = 0 kernels)
+        "source_c": "ElementC" if config.reads_c else "void",
+        "alignment_c": config.alignment_c,
         "tm": config.threadblock[0], "tn": config.threadblock[1], "tk": config.threadblock[2],
         "cm": config.cluster[0], "cn": config.cluster[1], "ck": config.cluster[2],
         "stages": stages,
-        "kernel_schedule": KernelScheduleTag[kernel_schedule],
+        "stage_search": stage_search,
         "epilogue_schedule": EpilogueScheduleTag[epilogue_schedule],
-        **_scheduler_snippets(config),
+        **scheduler,
         **_epilogue_snippets(config, setup),
         "setup_struct": setup.cpp(),
         "setup_name": setup.name,

@@ -106,7 +106,7 @@ class Sm90Plan:
             kind = self.config
             if (kind.element, kind.b_element, kind.element_out, kind.layout_b, kind.layout_c, kind.activation,
                     kind.scales) != (p.element, p.x_element, p.element_out, p.layout_b, layout_c, p.activation,
-                                     p.epilogue.scales):
+                                     p.epilogue.scales) or (p.epilogue.reads_c and not kind.reads_c):
                 raise AssertionError(f"{kind.name} cannot run {p}: plans.range_key misses what tells them apart")
             self.swizzle = self.config.swizzle if config is not None or choice is not None else \
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,

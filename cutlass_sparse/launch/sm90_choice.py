@@ -34,6 +34,7 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     """The sm90 kernel and K decomposition for a problem (the caller's config, the
     profiler's choice, or the catalog's)."""
     p = problem
+    given = config is not None
     alignment_b = TMA_ALIGN // dtypes.numpy_dtype(p.element).itemsize     # whole 16-byte vectors
     alignment_c = TMA_ALIGN // dtypes.numpy_dtype(p.element_out).itemsize
     layout_c = "row" if p.out is None else p.out.layout
@@ -41,12 +42,13 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     if config is None and choice is not None:
         splits = p.split_k or 1
         config = entries.config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c,
-                               p.element_x)
+                                p.element_x, p.epilogue.reads_c)
         if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
             config = dataclasses.replace(config, swizzle=choice.swizzle)
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
-        config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
+        config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x,
+                                p.epilogue.reads_c)
         config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], p.m, p.n, p.sm_count,
                                                                             config.swizzle))
     else:
@@ -54,8 +56,11 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         if config.b_element != p.x_element:
             raise ValueError(f"config {config.name} reads x as {config.b_element}; x is {p.x_element}")
         splits = p.split_k or 1
-    # D's layout is the problem's (a caller's column-major out is written in place)
-    config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c, scales=p.epilogue.scales)
+    # D's layout is the problem's (a caller's column-major out is written in place). A
+    # problem without C runs a kernel without C (more stages fit: entries.config); a
+    # caller's config may still name one with C.
+    config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c, scales=p.epilogue.scales,
+                                 reads_c=p.epilogue.reads_c or (given and config.reads_c))
     if splits > 1 and config.tile_scheduler != "streamk":
         raise ValueError(f"split_k={splits} needs an sm90 stream-K kernel; {config.name} is not one")
     if splits > cdiv(p.k, config.threadblock[2]):

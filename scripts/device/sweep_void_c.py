@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Issues 13 and 15 (GPU machine): each large sm90 tile with C in its epilogue (what every
+kernel had) against the same tile without C (`reads_c=False`: ElementC void, so the
+epilogue's shared memory holds D's buffers only and the mainloop takes the room as
+another stage), and with explicit stage counts, beside dense and cuSPARSELt on the same
+operands, in one process, kernel-only. Every result is checked against a dense reference
+(f16/bf16: the dense product; e4m3: the dequantized operands' product; s8: exact).
+Run from the repository root: python scripts/device/sweep_void_c.py [dtype ...] [--shapes MxNxK,...]"""
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import cupy  # noqa: E402
+import numpy as np  # noqa: E402
+
+import cutlass_sparse as cs  # noqa: E402
+from cutlass_sparse import reference  # noqa: E402
+from cutlass_sparse.build import warmup  # noqa: E402
+from cutlass_sparse.cli import bench, bench_quantized  # noqa: E402
+from cutlass_sparse.describe import catalog, dtypes  # noqa: E402
+from cutlass_sparse.describe.description import CompressorConfig  # noqa: E402
+from cutlass_sparse.describe.problem import Epilogue, Problem  # noqa: E402
+from cutlass_sparse.formats.matrices import SparseMatrix  # noqa: E402
+from cutlass_sparse.formats.quantize import decode, decode_e4m3, quantize, quantize_e4m3  # noqa: E402
+from cutlass_sparse.launch import sm90_compress  # noqa: E402
+from cutlass_sparse.plan import plans  # noqa: E402
+
+CO, PP = "cooperative", "pingpong"
+# dtype -> (output, x layout, alignment of x, of D)
+KINDS = {"f16": ("f16", "row", 8, 8), "bf16": ("bf16", "row", 8, 8), "e4m3": ("bf16", "col", 16, 8),
+         "s8": ("s32", "col", 16, 4)}
+# dtype -> [(threadblock, cluster, schedule, stage counts to try without C: 0 = as many as fit)]
+TILES = {
+    "f16": [((128, 256, 64), (2, 1, 1), CO, (0,)), ((256, 128, 64), (1, 2, 1), CO, (0,)),
+            ((128, 128, 128), (1, 2, 1), CO, (0,)), ((64, 32, 128), (4, 1, 1), PP, (0,))],
+    "e4m3": [((128, 256, 128), (2, 1, 1), CO, (0, 5)), ((128, 128, 256), (1, 2, 1), CO, (0,))],
+    "s8": [((256, 128, 128), (1, 2, 1), CO, (0,)), ((128, 256, 128), (2, 1, 1), CO, (0,))],   # s32 D: 5 stages do not fit
+}
+TILES["bf16"] = TILES["f16"][:3]
+SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 4096, 11008), (4096, 512, 4096),
+          (14336, 512, 4096), (28672, 4096, 8192), (8192, 512, 28672)]
+DECODE = [(4096, 16, 4096), (14336, 16, 4096)]   # f16 only: the ping-pong tile
+
+
+def candidates(dtype):
+    out, layout_b, align_b, align_c = KINDS[dtype]
+    family = catalog.load(catalog.for_element("sm90", dtype))
+    found = []
+    for tb, cluster, schedule, stage_counts in TILES[dtype]:
+        with_c = family.config((tb, (4, 1, 1), 0, cluster, schedule, "persistent"), dtype, out, layout_b,
+                               align_b, align_c)
+        found.append(with_c)
+        found += [dataclasses.replace(with_c, reads_c=False, stages=s) for s in stage_counts]
+    return found
+
+
+def label(config):
+    tb = "x".join(map(str, config.threadblock))
+    return (f"{tb:11} c{config.cluster[0]}x{config.cluster[1]} {config.schedule[:4]} "
+            f"{'C   ' if config.reads_c else 'no C'} stages {config.stages or 'auto'}")
+
+
+def operands(dtype, m, n, k, rng):
+    """(sw, x as the kernel reads it, reference float32 [m, n], alpha, peers)."""
+    w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32))
+    if dtype in ("f16", "bf16"):
+        np_dtype = dtypes.numpy_dtype(dtype)
+        w = dtypes.from_float32(w, np_dtype)
+        x = dtypes.from_float32(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
+        sw = cs.compress(w, layout="sm90")
+        y = cupy.matmul(w, x)
+        ref = reference.to_float32(y)
+        found = {"dense": lambda: cupy.matmul(w, x, out=y)}
+        peer = bench.cusparselt(w, x)
+        if peer is not None:
+            found["cslt"] = peer[0]
+        return sw, x, ref, 1.0, found
+    if dtype == "e4m3":
+        wq, w_scale = quantize_e4m3(w, axis=None)
+        xq, x_scale = quantize_e4m3(rng.standard_normal((n, k), dtype=cupy.float32), axis=None)
+        values, metadata = sm90_compress.compress(wq, "e4m3", 128)
+        sw = SparseMatrix((m, k), dtypes.float8_e4m3, values, metadata, "sm90", 128)
+        ref = decode_e4m3(wq, float(w_scale)) @ decode_e4m3(xq, float(x_scale)).T
+        return sw, xq, ref, float(w_scale) * float(x_scale), bench_quantized.peers(wq, xq, "e4m3")
+    wq, _ = quantize(w, "s8", axis=1)
+    xq, _ = quantize(rng.standard_normal((n, k), dtype=cupy.float32), "s8", axis=1)
+    values, metadata = sm90_compress.compress(wq, "s8", 128)
+    sw = SparseMatrix((m, k), cupy.dtype(cupy.int8), values, metadata, "sm90", 128)
+    ref = decode(wq, "s8") @ decode(xq, "s8").T
+    return sw, xq, ref, 1.0, bench_quantized.peers(wq, xq, "s8")
+
+
+def as_float32(d, dtype):
+    if KINDS[dtype][0] == "bf16":
+        return (d.view(cupy.uint16).astype(cupy.uint32) << 16).view(cupy.float32)
+    return d.astype(cupy.float32)
+
+
+def check(got, ref, dtype):
+    if dtype == "s8":
+        wrong = int((got != ref).sum())
+        return wrong == 0, f"wrong {wrong}"
+    err = float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
+    return err < {"f16": 2e-3, "bf16": 1.2e-2, "e4m3": 1e-2}[dtype], f"rel err {err:.1e}"
+
+
+def sweep(dtype, shapes, rng):
+    out, layout_b, _, _ = KINDS[dtype]
+    cands = candidates(dtype)
+    for m, n, k in shapes:
+        sw, x, ref, alpha, peers = operands(dtype, m, n, k, rng)
+        flops = 2.0 * m * n * k
+        print(f"\n{dtype} {m}x{n}x{k}", flush=True)
+        for name, run in peers.items():
+            ms = reference.kernel_median_ms(run)
+            print(f"  {name:44s} {ms * 1e3:8.1f} us {flops / ms / 1e9:7.0f} TFLOP/s", flush=True)
+        problem = Problem.contiguous("sm90", m, n, k, element=dtype, element_out=out, layout_b=layout_b)
+        problem = dataclasses.replace(problem, epilogue=Epilogue(alpha=alpha))
+        d = cupy.empty((m, n), dtype=dtypes.numpy_dtype(out))
+        for config in cands:
+            small = config.threadblock[1] <= 32
+            if small != (n <= 128):
+                continue
+            try:
+                plan = plans.make(problem, config)
+                if not plan.direct:
+                    print(f"  ours {label(config)}: staged plan, not timed here", flush=True)
+                    continue
+                d.fill(0)
+                plan.launch_direct(sw, x.data.ptr, d.data.ptr)
+                ok, what = check(as_float32(d, dtype), ref, dtype)
+                ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, x.data.ptr, d.data.ptr))
+                print(f"  ours {label(config)} {plan.compiled.shared_bytes // 1024:3d} KB "
+                      f"{ms * 1e3:8.1f} us {flops / ms / 1e9:7.0f} TFLOP/s  {what} {'ok' if ok else 'FAIL'}",
+                      flush=True)
+            except Exception as exc:   # noqa: BLE001 - a sweep reports and goes on
+                print(f"  ours {label(config)}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dtypes", nargs="*", help=f"of {list(KINDS)}; default: all four")
+    parser.add_argument("--compile-only", action="store_true", help="compile the candidates and stop")
+    parser.add_argument("--jobs", type=int, default=16)
+    args = parser.parse_args()
+    args.dtypes = args.dtypes or list(KINDS)
+    if not set(args.dtypes) <= set(KINDS):
+        parser.error(f"dtypes must be of {list(KINDS)}")
+    items = [(c, "sm_90a") for d in args.dtypes for c in candidates(d)]
+    items += [(CompressorConfig(e), "sm_90a") for e in ("e4m3", "s8") if e in args.dtypes]
+    for name, _, status, _ in warmup.compile_all(items, None, args.jobs):
+        if status.startswith("failed"):
+            print(f"compile {name}: {status[:300]}", flush=True)
+    if args.compile_only:
+        return
+    rng = cupy.random.default_rng(0)
+    for dtype in args.dtypes:
+        sweep(dtype, SHAPES + (DECODE if dtype == "f16" else []), rng)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
