@@ -99,13 +99,15 @@ def test_scaled_fp8_gemm_compiles_with_its_own_setup_struct(shared_cache_path):
     from cutlass_sparse.emit.sm90 import SETUP_SCALED, setup_layout
 
     fp8 = catalog.load("sm90_fp8")
-    config = dataclasses.replace(fp8.config(fp8.tiles[0], "e4m3", "bf16", "col", 16, 8), scales="row_col",
-                                 activation="silu")
-    assert config.name.endswith("_silu_scaled") and setup_layout(config) is SETUP_SCALED
+    # as the library runs it: no C in the epilogue (the scaled tree reads none), stages searched
+    config = dataclasses.replace(fp8.config(fp8.tiles[0], "e4m3", "bf16", "col", 16, 8, reads_c=False),
+                                 scales="row_col", activation="silu")
+    assert config.name.endswith("_silu_scaled_noc") and setup_layout(config) is SETUP_SCALED
     assert setup_layout(dataclasses.replace(config, scales="none")) is SETUP
     assert SETUP_SCALED.offsets["row_scales"] == SETUP.dtype.itemsize   # SETUP's fields, then the scales
     compiled = kernels.get(config, "sm_90a", KernelCache(shared_cache_path))
     assert cubin.kernel_param_bytes(compiled.cubin, f"{compiled.symbol}_setup") == SETUP_SCALED.dtype.itemsize
+    assert 4 * 43008 < compiled.shared_bytes <= 232448     # at least 4 stages of 42 KB, within the 227 KB
     with pytest.raises(ValueError, match="leaky_relu"):
         dataclasses.replace(config, activation="leaky_relu")
 

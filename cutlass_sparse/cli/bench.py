@@ -145,12 +145,13 @@ def main(args) -> int:
                   f"{row['vs_cslt'] or float('nan'):9.3f}  {kernel_label(row['config']):24} {'ok' if row['ok'] else 'FAIL'} "
                   f"({row['rel_err']:.1e}){_fast_accum_note(row)}", flush=True)
     good = [r for r in rows if r["ok"]]
-    for label, pick in (("n >= 512", lambda r: r["n"] >= 512), ("n <= 128", lambda r: r["n"] <= 128)):
-        sel = [r for r in good if pick(r)]
-        fast = [r["vs_dense_fast"] for r in sel if "vs_dense_fast" in r]
-        print(f"geomean {label}: ours/dense {geomean([r['vs_dense'] for r in sel]):.3f}, "
-              f"ours/cuSPARSELt {geomean([r['vs_cslt'] for r in sel]):.3f}  ({len(sel)} shapes)"
-              + (f"; ours/dense fast-accum {geomean(fast):.3f}" if fast else ""))
+    for dtype in args.dtypes:   # per type: each has its own peers and targets
+        for label, pick in (("n >= 512", lambda r: r["n"] >= 512), ("n <= 128", lambda r: r["n"] <= 128)):
+            sel = [r for r in good if pick(r) and r["dtype"] == dtype]
+            fast = [r["vs_dense_fast"] for r in sel if "vs_dense_fast" in r]
+            print(f"geomean {dtype} {label}: ours/dense {geomean([r['vs_dense'] for r in sel]):.3f}, "
+                  f"ours/cuSPARSELt {geomean([r['vs_cslt'] for r in sel]):.3f}  ({len(sel)} shapes)"
+                  + (f"; ours/dense fast-accum {geomean(fast):.3f}" if fast else ""))
     print("TFLOP/s counted as 2*m*n*k (dense-equivalent); kernel-only timing as described in the docstring")
     Path(args.json).write_text(json.dumps(rows, indent=1))
     try:

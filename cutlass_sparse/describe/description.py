@@ -99,6 +99,10 @@ class SparseGemmConfig:
     # epilogue gets no C (ElementC void), so its shared memory holds D's buffers only and
     # the mainloop takes the room as another stage.
     reads_c: bool = True
+    # sm90: the epilogue's subtile (M, N) that D goes through shared memory in; () is
+    # CUTLASS's choice (EpilogueTileAuto). A narrower one takes less shared memory, which
+    # can leave room for another mainloop stage (an int32 D's buffers are twice a bf16 D's).
+    epilogue_tile: tuple[int, ...] = ()
 
     def __post_init__(self):
         checks = [
@@ -136,6 +140,10 @@ class SparseGemmConfig:
              "scales 'row_col': an int32 output is the raw accumulator (scales need a float or int8 output)"),
             (not self.fast_accum or (self.family == "sm90" and self.element in dtypes.FP8_NAMES),
              f"fast_accum: sm90 fp8 kernels only, not {self.family} {self.element}"),
+            (self.epilogue_tile == () or (self.family == "sm90" and len(self.epilogue_tile) == 2
+                                           and self.threadblock[0] % self.epilogue_tile[0] == 0
+                                           and self.threadblock[1] % self.epilogue_tile[1] == 0),
+             f"epilogue_tile {self.epilogue_tile}: () or, for family sm90, (M, N) dividing the tile"),
             (self.reads_c or self.family == "sm90",
              "reads_c False: family sm90 only (CUTLASS 2.x sparse kernels always have a C operand)"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
@@ -236,6 +244,8 @@ class SparseGemmConfig:
             name += f"_{self.activation}"
         if self.scales != "none":
             name += "_scaled"
+        if self.epilogue_tile:
+            name += "_epi" + "x".join(map(str, self.epilogue_tile))
         if not self.reads_c:
             name += "_noc"
         return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
@@ -244,7 +254,8 @@ class SparseGemmConfig:
     def key(self) -> str:
         """Stable short hash of every field."""
         fields = asdict(self)
-        for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", ""), ("reads_c", True)):
+        for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", ""), ("reads_c", True),
+                               ("epilogue_tile", ())):
             if fields[field] == default:   # keys made before the field existed stay valid
                 del fields[field]
         blob = json.dumps(fields, sort_keys=True)
@@ -271,8 +282,9 @@ class SparseGemmConfig:
     @classmethod
     def from_json(cls, data: dict) -> "SparseGemmConfig":
         fields = dict(data)
-        for f in ("threadblock", "warps", "instruction", "cluster"):
-            fields[f] = tuple(fields[f])
+        for f in ("threadblock", "warps", "instruction", "cluster", "epilogue_tile"):
+            if f in fields:   # a description written before the field existed lacks it
+                fields[f] = tuple(fields[f])
         return cls(**fields)
 
 

@@ -102,7 +102,7 @@ using ClusterShape = Shape<_${cm}, _${cn}, _${ck}>;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, ${accumulator}, ${compute},
+    ${epilogue_tile}, ${accumulator}, ${compute},
     ${source_c}, ${layout_c}, ${alignment_c},
     ElementC, ${layout_c}, ${alignment_c},
     ${epilogue_schedule}, ${fusion}>::CollectiveOp;${stage_search}
@@ -297,6 +297,8 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "cm": config.cluster[0], "cn": config.cluster[1], "ck": config.cluster[2],
         "stages": stages,
         "stage_search": stage_search,
+        "epilogue_tile": ("cutlass::epilogue::collective::EpilogueTileAuto" if not config.epilogue_tile else
+                          "Shape<" + ", ".join(f"_{e}" for e in config.epilogue_tile) + ">"),
         "epilogue_schedule": EpilogueScheduleTag[epilogue_schedule],
         **scheduler,
         **_epilogue_snippets(config, setup),

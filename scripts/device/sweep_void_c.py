@@ -5,7 +5,7 @@ epilogue's shared memory holds D's buffers only and the mainloop takes the room 
 another stage), and with explicit stage counts, beside dense and cuSPARSELt on the same
 operands, in one process, kernel-only. Every result is checked against a dense reference
 (f16/bf16: the dense product; e4m3: the dequantized operands' product; s8: exact).
-Run from the repository root: python scripts/device/sweep_void_c.py [dtype ...] [--shapes MxNxK,...]"""
+Run from the repository root: python scripts/device/sweep_void_c.py [dtype ...] [--round 2]"""
 import argparse
 import dataclasses
 import sys
@@ -32,7 +32,7 @@ CO, PP = "cooperative", "pingpong"
 # dtype -> (output, x layout, alignment of x, of D)
 KINDS = {"f16": ("f16", "row", 8, 8), "bf16": ("bf16", "row", 8, 8), "e4m3": ("bf16", "col", 16, 8),
          "s8": ("s32", "col", 16, 4)}
-# dtype -> [(threadblock, cluster, schedule, stage counts to try without C: 0 = as many as fit)]
+# dtype -> [(threadblock, cluster, schedule, stage counts to try without C: 0 = automatic)]
 TILES = {
     "f16": [((128, 256, 64), (2, 1, 1), CO, (0,)), ((256, 128, 64), (1, 2, 1), CO, (0,)),
             ((128, 128, 128), (1, 2, 1), CO, (0,)), ((64, 32, 128), (4, 1, 1), PP, (0,))],
@@ -40,27 +40,40 @@ TILES = {
     "s8": [((256, 128, 128), (1, 2, 1), CO, (0,)), ((128, 256, 128), (2, 1, 1), CO, (0,))],   # s32 D: 5 stages do not fit
 }
 TILES["bf16"] = TILES["f16"][:3]
+# `--round 2`, after cuSPARSELt's kernels were read off Nsight Compute
+# (docs/ncu_cusparselt_kernels_h100.log: every one fills the 232448 bytes of shared memory;
+# fp8 128x256x128 in 4x1 clusters, int8 128x256x128 in 2x1): without C only, each tile
+# with CUTLASS's epilogue subtile and with a narrower one (an int32 D's buffers are twice a
+# bf16 D's; 128x16 leaves room for another stage).
+ROUND2 = {
+    "e4m3": [((128, 256, 128), (2, 1, 1), CO, ((),)), ((128, 256, 128), (4, 1, 1), CO, ((),))],
+    "s8": [((256, 128, 128), (1, 2, 1), CO, ((), (128, 16))), ((128, 256, 128), (2, 1, 1), CO, ((), (128, 16))),
+           ((128, 256, 128), (4, 1, 1), CO, ((128, 16),))],
+}
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 4096, 11008), (4096, 512, 4096),
           (14336, 512, 4096), (28672, 4096, 8192), (8192, 512, 28672)]
 DECODE = [(4096, 16, 4096), (14336, 16, 4096)]   # f16 only: the ping-pong tile
 
 
-def candidates(dtype):
+def candidates(dtype, round_=1):
     out, layout_b, align_b, align_c = KINDS[dtype]
     family = catalog.load(catalog.for_element("sm90", dtype))
     found = []
-    for tb, cluster, schedule, stage_counts in TILES[dtype]:
+    for tb, cluster, schedule, variants in (TILES if round_ == 1 else ROUND2).get(dtype, []):
         with_c = family.config((tb, (4, 1, 1), 0, cluster, schedule, "persistent"), dtype, out, layout_b,
                                align_b, align_c)
-        found.append(with_c)
-        found += [dataclasses.replace(with_c, reads_c=False, stages=s) for s in stage_counts]
+        if round_ == 1:   # with C, then without C at each stage count
+            found += [with_c] + [dataclasses.replace(with_c, reads_c=False, stages=s) for s in variants]
+        else:             # without C, at each epilogue subtile
+            found += [dataclasses.replace(with_c, reads_c=False, epilogue_tile=e) for e in variants]
     return found
 
 
 def label(config):
     tb = "x".join(map(str, config.threadblock))
+    epilogue = "x".join(map(str, config.epilogue_tile)) or "auto"
     return (f"{tb:11} c{config.cluster[0]}x{config.cluster[1]} {config.schedule[:4]} "
-            f"{'C   ' if config.reads_c else 'no C'} stages {config.stages or 'auto'}")
+            f"{'C   ' if config.reads_c else 'no C'} stages {config.stages or 'auto'} epi {epilogue:6}")
 
 
 def operands(dtype, m, n, k, rng):
@@ -107,9 +120,9 @@ def check(got, ref, dtype):
     return err < {"f16": 2e-3, "bf16": 1.2e-2, "e4m3": 1e-2}[dtype], f"rel err {err:.1e}"
 
 
-def sweep(dtype, shapes, rng):
+def sweep(dtype, shapes, rng, round_):
     out, layout_b, _, _ = KINDS[dtype]
-    cands = candidates(dtype)
+    cands = candidates(dtype, round_)
     for m, n, k in shapes:
         sw, x, ref, alpha, peers = operands(dtype, m, n, k, rng)
         flops = 2.0 * m * n * k
@@ -145,11 +158,13 @@ def main():
     parser.add_argument("dtypes", nargs="*", help=f"of {list(KINDS)}; default: all four")
     parser.add_argument("--compile-only", action="store_true", help="compile the candidates and stop")
     parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2], help="1: TILES (with C and without); "
+                        "2: ROUND2 (without C, epilogue subtiles)")
     args = parser.parse_args()
-    args.dtypes = args.dtypes or list(KINDS)
+    args.dtypes = args.dtypes or (list(KINDS) if args.round == 1 else list(ROUND2))
     if not set(args.dtypes) <= set(KINDS):
         parser.error(f"dtypes must be of {list(KINDS)}")
-    items = [(c, "sm_90a") for d in args.dtypes for c in candidates(d)]
+    items = [(c, "sm_90a") for d in args.dtypes for c in candidates(d, args.round)]
     items += [(CompressorConfig(e), "sm_90a") for e in ("e4m3", "s8") if e in args.dtypes]
     for name, _, status, _ in warmup.compile_all(items, None, args.jobs):
         if status.startswith("failed"):
@@ -158,7 +173,7 @@ def main():
         return
     rng = cupy.random.default_rng(0)
     for dtype in args.dtypes:
-        sweep(dtype, SHAPES + (DECODE if dtype == "f16" else []), rng)
+        sweep(dtype, SHAPES + (DECODE if dtype == "f16" and args.round == 1 else []), rng, args.round)
 
 
 if __name__ == "__main__":
