@@ -59,6 +59,7 @@ def sm90_streamk_config(dtype="f16", layout="row"):
 
 
 def sm90_configs(sm_count: int = 132):
+    """test_gpu_sm90's kernels: cs.matmul without C runs kernels without C (reads_c False)."""
     from cutlass_sparse.describe import catalog, selection
 
     fam = catalog.load("sm90")
@@ -66,18 +67,14 @@ def sm90_configs(sm_count: int = 132):
         for dtype in DTYPES:
             for layout in LAYOUTS:
                 tile, _ = selection.choose_sm90(m, n, k, sm_count)
-                yield fam.config(tile, dtype, dtype, layout, 8, 8)
+                yield fam.config(tile, dtype, dtype, layout, 8, 8, reads_c=False)
     yield sm90_streamk_config()
     tile, _ = selection.choose_sm90(256, 64, 256, sm_count)
-    yield fam.config(tile, "bf16", "f32", "row", 8, 4)
+    yield fam.config(tile, "bf16", "f32", "row", 8, 4)   # test_alpha_beta_and_f32_output: beta * C
     for atom in (64, 128):   # test_metadata_atoms_convert_exactly_and_both_kinds_of_tile_run
         tile = next(t for t in fam.tiles if min(t[0][2], 128) == atom and t[5] == "persistent")
         for dtype in DTYPES:
             yield fam.config(tile, dtype, dtype, "row", 8, 8)
-    for k in (128, 256, 200):
-        tile, _ = selection.choose_sm90(200, k, 200, sm_count)   # to_dense: sw @ I_K
-        for dtype in DTYPES:
-            yield fam.config(tile, dtype, "f32", "row", 8, 4)
 
 
 def issue4_configs(family: str, sm_count: int = 132):
@@ -100,6 +97,9 @@ def issue4_configs(family: str, sm_count: int = 132):
         yield dataclasses.replace(base(256, 64, 512, "f16", "row"), activation=activation)
     yield dataclasses.replace(base(200, 64, 256, "f16", "row"), activation="relu")
     if family == "sm90":   # cs.linear writes D column-major on sm90: its kernels are planned (linear_problems)
+        # sm90 runs a kernel without C where the call has no C (no bias, beta 0): both kinds
+        for activation in ACTIVATIONS:
+            yield dataclasses.replace(base(256, 64, 512, "f16", "row"), activation=activation, reads_c=False)
         return
     yield dataclasses.replace(base(192, 40, 256, "f16", "col"), activation="silu")     # linear
     for m, n, k in SM80_SPLIT_SHAPES:
@@ -269,9 +269,17 @@ def linear_problem(m, n, k, activation="identity", sm_count=132, element="f16"):
 
 
 def linear_problems(sm_count: int = 132):
-    """The sm90 cs.linear calls of the GPU tests (test_gpu_epilogue_split_k, test_gpu_torch)."""
-    return [linear_problem(192, 40, 256, "silu", sm_count)] + [
+    """The sm90 cs.linear calls of the GPU tests (test_gpu_epilogue_split_k, test_gpu_torch),
+    which pass a bias (a C with the bias folded in)."""
+    import dataclasses
+
+    from cutlass_sparse.describe.problem import Epilogue, Operand
+
+    problems = [linear_problem(192, 40, 256, "silu", sm_count)] + [
         linear_problem(256, 7, 512, "relu", sm_count, element) for element in DTYPES]
+    return problems + [dataclasses.replace(p, c=Operand(p.out.layout if p.out else "row", p.m if p.out else p.n, 16),
+                                           epilogue=Epilogue(beta=1.0, activation=p.activation, bias="rows"))
+                       for p in problems]
 
 
 def selection_layout(tokens: int, element: str = "f16") -> str:

@@ -206,8 +206,22 @@ def test_a_cold_sm90_gemm_is_stood_in_for_by_the_sm80_family(monkeypatch):
         info = {}
         check(cs.matmul(sw, x, family="sm90", info=info), w, x, "f16")
         assert info["config"].startswith("cutlass3x_sm90")
-        # under graph capture a call never stands in (the graph would keep the sm80 kernel)
         import cupy
+
+        # a plan runs (and so prepares) the kernel it launches, never the stand-in: its first
+        # call captures into a graph
+        planned = cs.plan(sw, x)
+        assert planned.info["config"].startswith("cutlass3x_sm90") and planned.direct
+        planned_out = cupy.empty((m, n), dtype=cupy.float16)
+        capture = cupy.cuda.Stream(non_blocking=True)
+        with capture:
+            capture.begin_capture()
+            planned(x, out=planned_out)
+            graph = capture.end_capture()
+            graph.launch(capture)
+            capture.synchronize()
+        check(planned_out, w, x, "f16")
+        # under graph capture a call never stands in (the graph would keep the sm80 kernel)
 
         out = cupy.empty((m, n), dtype=cupy.float16)
         stream = cupy.cuda.Stream(non_blocking=True)

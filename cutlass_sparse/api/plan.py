@@ -60,7 +60,9 @@ class Plan:
         self._ndarray = cupy.ndarray
         self._get_device = cupy.cuda.runtime.getDevice
         self.info = {}
-        self.example_out = matmul(sw, x, info=self.info, **options)
+        # the family named: this call runs (and prepares) the family plan the plan launches,
+        # never a stand-in while that kernel compiles elsewhere (plan.stand_in)
+        self.example_out = matmul(sw, x, info=self.info, **{**options, "family": family})
         self.x_key = (x.shape, x.dtype, x.strides, x.device.id)
         self.direct = False
         if x.ndim == 2 and isinstance(sw, SparseMatrix):
