@@ -50,6 +50,22 @@ def check(y, w, x, dtype, alpha=1.0, beta=0.0, c=None):
 NAN_BITS = {"f16": (0x7E00, "uint16"), "bf16": (0x7FC0, "uint16"), "f32": (0x7FC00000, "uint32")}
 
 
+def captured_and_replayed(call):
+    """call() captured into a CUDA graph on a non-blocking stream (which does not wait for
+    the default stream, so the device is synchronized first), the graph replayed once and
+    waited for."""
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        call()
+        graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+
+
 def poisoned(shape, np_dtype):
     """An output buffer full of NaN: any element the kernel fails to write shows up."""
     cupy = cp()

@@ -11,7 +11,7 @@ import cutlass_sparse as cs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_gpu_epilogue_split_k import assert_close, expect  # noqa: E402
-from test_gpu_matmul import random_operands  # noqa: E402
+from test_gpu_matmul import captured_and_replayed, random_operands  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -80,14 +80,7 @@ def test_plan_of_a_k64_tile_captured_from_its_first_call():
     p = cs.plan(sw, x)
     assert p.direct and p.family_plan.atom_k == 64 and sw.atom_k == 128 and sw.holds_metadata_for(64)
     out = cupy.zeros((m, n), dtype=cupy.float16)
-    cupy.cuda.Device().synchronize()   # x and out were filled on the default stream, which S does not wait for
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        stream.begin_capture()
-        p(x, out=out)
-        graph = stream.end_capture()
-        graph.launch(stream)
-        stream.synchronize()
+    captured_and_replayed(lambda: p(x, out=out))
     assert_close(out, expect(w, x), "f16")
 
 

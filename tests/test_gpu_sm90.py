@@ -11,7 +11,7 @@ from cutlass_sparse.describe import dtypes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_cases  # noqa: E402
-from test_gpu_matmul import check, poisoned, random_operands  # noqa: E402
+from test_gpu_matmul import captured_and_replayed, check, poisoned, random_operands  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_sm90")]
 
@@ -213,13 +213,7 @@ def test_a_cold_sm90_gemm_is_stood_in_for_by_the_sm80_family(monkeypatch):
         planned = cs.plan(sw, x)
         assert planned.info["config"].startswith("cutlass3x_sm90") and planned.direct
         planned_out = cupy.empty((m, n), dtype=cupy.float16)
-        capture = cupy.cuda.Stream(non_blocking=True)
-        with capture:
-            capture.begin_capture()
-            planned(x, out=planned_out)
-            graph = capture.end_capture()
-            graph.launch(capture)
-            capture.synchronize()
+        captured_and_replayed(lambda: planned(x, out=planned_out))
         check(planned_out, w, x, "f16")
         # under graph capture a call never stands in (the graph would keep the sm80 kernel)
 
