@@ -36,7 +36,8 @@ from pathlib import Path
 SHAPES = {"default": (4096, 4096, 4096), "decode": (4096, 16, 4096)}
 
 
-def config_for(spec: str, element: str = "f16", activation: str = "identity", scheduler: str | None = None):
+def config_for(spec: str, element: str = "f16", activation: str = "identity", scheduler: str | None = None,
+               with_c: bool = False):
     import dataclasses
 
     from cutlass_sparse.describe import selection
@@ -47,6 +48,8 @@ def config_for(spec: str, element: str = "f16", activation: str = "identity", sc
         changes["activation"] = activation
     if scheduler:
         changes["tile_scheduler"] = scheduler
+    if with_c:   # the kernel of a call with C (a bias, beta != 0): matmul's choice before session 16
+        changes["reads_c"] = True
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -120,6 +123,7 @@ def main() -> None:
     p.add_argument("--element", default="f16")
     p.add_argument("--activation", default="identity")
     p.add_argument("--scheduler", default=None, help="persistent or streamk (default: the catalog's)")
+    p.add_argument("--with-c", action="store_true", help="the kernel with C in its epilogue (for a bias or beta)")
     p.add_argument("--time", action="store_true", help="NVRTC -time: phase CSV")
     p.add_argument("--trace", action="store_true", help="NVRTC -fdevice-time-trace: summarized JSON")
     p.add_argument("--dump", help="write the emitted source here and stop")
@@ -135,7 +139,7 @@ def main() -> None:
 
     from cutlass_sparse.build import compiler
     from cutlass_sparse.emit.registry import emit
-    config = config_for(args.shape, args.element, args.activation, args.scheduler)
+    config = config_for(args.shape, args.element, args.activation, args.scheduler, args.with_c)
     emitted = emit(config)
     if args.dump:
         Path(args.dump).write_text(emitted.source)
