@@ -86,3 +86,24 @@ def test_an_epilogue_subtile_is_emitted_and_checked():
     stored = config.to_json()
     del stored["epilogue_tile"], stored["reads_c"]
     assert type(config).from_json(stored) == dataclasses.replace(config, epilogue_tile=(), reads_c=True)
+
+
+def test_names_calls_report_can_be_passed_back():
+    # a plain call reports a kernel without C: config=<that name> finds it
+    chosen = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90").as_compiled()
+    assert chosen.name.endswith("_noc") and catalog.find(chosen.name) == chosen
+    subtile = dataclasses.replace(chosen, epilogue_tile=(128, 16))
+    assert catalog.find(subtile.name) == subtile
+    with pytest.raises(ValueError, match="no configuration named"):
+        catalog.find(chosen.name[:-len("_noc")] + "_nocx")
+
+
+def test_warm_up_lists_have_both_kinds():
+    from cutlass_sparse.build import warmup
+    from cutlass_sparse.plan import presets
+
+    sm90 = [c for c, _ in warmup.catalog_items(["sm_90a"]) if hasattr(c, "reads_c")]
+    assert sum(not c.reads_c for c in sm90) == sum(c.reads_c for c in sm90) > 0
+    # a preset serves projections with a bias (folded into C) as well as without
+    problems = presets.problems("llm-4096", "sm_90a", 132, n_max=64)
+    assert any(p.epilogue.reads_c for p in problems) and any(not p.epilogue.reads_c for p in problems)

@@ -2,6 +2,7 @@
 optionally a deterministic share of the work per machine (--shard i/N)."""
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import time
@@ -42,7 +43,10 @@ def catalog_items(archs, widest_only: bool = True) -> list[tuple[object, str]]:
         if arch == "sm_90a":
             # cs.quantize_fp8 / quantize_int8 run CUTLASS's compressor (16-bit types encode in Python)
             items += [(CompressorConfig(e), arch) for e in dtypes.SM90_KERNEL_INPUT_NAMES if e not in dtypes.INPUT_NAMES]
-            items += [(c, arch) for name in catalog.CATALOGS["sm90"] for c in catalog.load(name).enumerate(widest_only)]
+            # each tile with C (a bias or beta) and without (every other call: SparseGemmConfig.reads_c)
+            items += [(variant, arch) for name in catalog.CATALOGS["sm90"]
+                      for c in catalog.load(name).enumerate(widest_only)
+                      for variant in (c, dataclasses.replace(c, reads_c=False))]
         else:
             items += [(c, arch) for name in catalog.CATALOGS["sm80"] for c in catalog.load(name).enumerate(widest_only)]
     return items

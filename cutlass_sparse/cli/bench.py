@@ -114,7 +114,7 @@ def kernel_label(name: str) -> str:
     if not found:
         return name[-24:]
     tile, cm, cn, schedule = found.groups()
-    return f"{tile} c{cm}x{cn} {schedule[:4]}" + (" sk" if name.endswith("_streamk") else "")
+    return f"{tile} c{cm}x{cn} {schedule[:4]}" + (" sk" if "_streamk" in name else "")
 
 
 def geomean(values):

@@ -1,8 +1,10 @@
 """The catalogs in operations/: which sparse GEMM configurations exist, per family."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
+import re
 import tomllib
 from dataclasses import dataclass
 
@@ -110,10 +112,20 @@ def load(family: str) -> Family:
 
 
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
-    """The configuration with this procedural name, among every one the catalogs can build."""
+    """The configuration with this procedural name, among every one the catalogs can build
+    (an sm90 name may end in the suffixes of a kernel without C and of an epilogue subtile,
+    as calls report them: `..._epi128x16_noc`)."""
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
+    base, changes = name, {}
+    if base.endswith("_noc"):
+        base, changes["reads_c"] = base[:-len("_noc")], False
+    subtile = re.search(r"_epi(\d+)x(\d+)$", base)
+    if subtile:
+        base, changes["epilogue_tile"] = base[:subtile.start()], (int(subtile[1]), int(subtile[2]))
     for fam in names:
         for config in load(fam).enumerate(widest_only=False):
-            if config.name == name:
-                return config
+            if config.name == base:
+                found = dataclasses.replace(config, **changes) if changes else config
+                if found.name == name:
+                    return found
     raise ValueError(f"no configuration named {name!r} in catalog {family or 'sm80/sm90'!r}")

@@ -141,6 +141,7 @@ class SparseGemmConfig:
             (not self.fast_accum or (self.family == "sm90" and self.element in dtypes.FP8_NAMES),
              f"fast_accum: sm90 fp8 kernels only, not {self.family} {self.element}"),
             (self.epilogue_tile == () or (self.family == "sm90" and len(self.epilogue_tile) == 2
+                                           and min(self.epilogue_tile) > 0
                                            and self.threadblock[0] % self.epilogue_tile[0] == 0
                                            and self.threadblock[1] % self.epilogue_tile[1] == 0),
              f"epilogue_tile {self.epilogue_tile}: () or, for family sm90, (M, N) dividing the tile"),

@@ -11,7 +11,7 @@ import math
 
 from ..build import kernels
 from ..describe import catalog
-from ..describe.problem import Problem
+from ..describe.problem import MAX_ALIGN, Epilogue, Operand, Problem
 from . import plans
 
 # (model, fused QKV rows, MLP intermediate size) per hidden size: dense LLMs whose
@@ -56,10 +56,15 @@ def family_of(arch: str) -> tuple[str, str]:
 
 
 def problems(name: str, arch: str, sm_count: int, n_max: int = N_MAX) -> list[Problem]:
+    """The preset's problems: each projection without a bias and, for the sm90 family (whose
+    calls without C run kernels without C), with one (folded into C, as cs.linear does)."""
     family, gpu = family_of(arch)
-    return [Problem.contiguous(family, m, n, k, element=dtype, layout_b=layout, arch=gpu, sm_count=sm_count)
-            for hidden in PRESETS[name] for m, k in projections(hidden)
-            for dtype in DTYPES for layout in LAYOUTS for n in token_counts(n_max)]
+    plain = [Problem.contiguous(family, m, n, k, element=dtype, layout_b=layout, arch=gpu, sm_count=sm_count)
+             for hidden in PRESETS[name] for m, k in projections(hidden)
+             for dtype in DTYPES for layout in LAYOUTS for n in token_counts(n_max)]
+    if family != "sm90":   # sm80 kernels always have C: a bias runs the same one
+        return plain
+    return plain + [p.with_(c=Operand("row", p.n, MAX_ALIGN), epilogue=Epilogue(beta=1.0, bias="rows")) for p in plain]
 
 
 def items(name: str, archs: list[str], sm_counts: dict[str, int] | None = None,
