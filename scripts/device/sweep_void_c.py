@@ -153,15 +153,50 @@ def sweep(dtype, shapes, rng, round_):
                 print(f"  ours {label(config)}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
 
 
+# `--round 3`: the tile scheduler's swizzle (a run-time argument: no new kernels) for the
+# 8-bit kernels selection picks at the bench's n >= 512 rows (its rule was fitted on f16).
+SWIZZLE_SHAPES = [(m, n, k) for m, n, k in bench.FP8_SHAPES + bench.LLM_SHAPES if n >= 512]
+
+
+def sweep_swizzle(dtype, shapes, rng):
+    from cutlass_sparse.launch.sm90_choice import resolve
+
+    out, layout_b, _, _ = KINDS[dtype]
+    for m, n, k in shapes:
+        sw, x, ref, alpha, peers = operands(dtype, m, n, k, rng)
+        flops = 2.0 * m * n * k
+        problem = dataclasses.replace(Problem.contiguous("sm90", m, n, k, element=dtype, element_out=out,
+                                                         layout_b=layout_b), epilogue=Epilogue(alpha=alpha))
+        chosen = resolve(problem, None)[0]
+        line = [f"{dtype} {m}x{n}x{k} {label(chosen)[:22]} (rule: swz{chosen.swizzle}):"]
+        for name, run in peers.items():
+            if name == "cslt":
+                line.append(f"cslt {flops / reference.kernel_median_ms(run) / 1e9:6.0f}")
+        d = cupy.empty((m, n), dtype=dtypes.numpy_dtype(out))
+        for swizzle in (1, 2, 4, 8):
+            plan = plans.make(problem, dataclasses.replace(chosen, swizzle=swizzle))
+            d.fill(0)
+            plan.launch_direct(sw, x.data.ptr, d.data.ptr)
+            ok, what = check(as_float32(d, dtype), ref, dtype)
+            ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, x.data.ptr, d.data.ptr))
+            line.append(f"swz{swizzle} {flops / ms / 1e9:6.0f}{'' if ok else ' FAIL ' + what}")
+        print("  ".join(line), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dtypes", nargs="*", help=f"of {list(KINDS)}; default: all four")
     parser.add_argument("--compile-only", action="store_true", help="compile the candidates and stop")
     parser.add_argument("--jobs", type=int, default=16)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2], help="1: TILES (with C and without); "
-                        "2: ROUND2 (without C, epilogue subtiles)")
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3], help="1: TILES (with C and without); "
+                        "2: ROUND2 (without C, epilogue subtiles); 3: swizzles of the 8-bit kernels chosen")
     args = parser.parse_args()
     args.dtypes = args.dtypes or (list(KINDS) if args.round == 1 else list(ROUND2))
+    if args.round == 3:
+        rng = cupy.random.default_rng(0)
+        for dtype in args.dtypes:
+            sweep_swizzle(dtype, SWIZZLE_SHAPES, rng)
+        return
     if not set(args.dtypes) <= set(KINDS):
         parser.error(f"dtypes must be of {list(KINDS)}")
     items = [(c, "sm_90a") for d in args.dtypes for c in candidates(d, args.round)]
