@@ -270,16 +270,10 @@ def linear_problem(m, n, k, activation="identity", sm_count=132, element="f16"):
 
 def linear_problems(sm_count: int = 132):
     """The sm90 cs.linear calls of the GPU tests (test_gpu_epilogue_split_k, test_gpu_torch),
-    which pass a bias (a C with the bias folded in)."""
-    import dataclasses
-
-    from cutlass_sparse.describe.problem import Epilogue, Operand
-
+    with a bias (a C with the bias folded in) and without."""
     problems = [linear_problem(192, 40, 256, "silu", sm_count)] + [
         linear_problem(256, 7, 512, "relu", sm_count, element) for element in DTYPES]
-    return problems + [dataclasses.replace(p, c=Operand(p.out.layout if p.out else "row", p.m if p.out else p.n, 16),
-                                           epilogue=Epilogue(beta=1.0, activation=p.activation, bias="rows"))
-                       for p in problems]
+    return problems + [p.with_bias() for p in problems]
 
 
 def selection_layout(tokens: int, element: str = "f16") -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from cutlass_sparse.build import kernels
 from cutlass_sparse.describe import catalog, selection
-from cutlass_sparse.describe.problem import Epilogue, Operand, Problem
+from cutlass_sparse.describe.problem import Epilogue, Problem
 from cutlass_sparse.emit.registry import emit
 from cutlass_sparse.launch.sm90_choice import resolve
 from cutlass_sparse.plan import plans
@@ -41,23 +41,21 @@ def test_the_emitted_kernel_has_no_c_and_searches_one_more_stage():
     assert "OneMoreStageFits" not in fixed and "StageCount<4>" in fixed
 
 
-def _problem(beta=0.0):
+def _problem(bias=False):
     problem = Problem.contiguous("sm90", 4096, 4096, 4096)
-    if beta:
-        problem = dataclasses.replace(problem, c=Operand("row", 4096, 16), epilogue=Epilogue(beta=beta))
-    return problem
+    return problem.with_bias() if bias else problem
 
 
 def test_problems_without_c_run_kernels_without_c():
     assert not resolve(_problem(), None)[0].reads_c
-    assert resolve(_problem(beta=1.0), None)[0].reads_c          # beta * C, or a bias folded into C
+    assert resolve(_problem(bias=True), None)[0].reads_c          # a bias folded into C (beta 1)
     # what warm-up, compile-only runs and the profiler compile is what matmul runs
     chosen = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90")
     assert chosen.as_compiled() == resolve(_problem(), None)[0].as_compiled()
     # a caller's kernel with C still runs a problem without C; one without C gets C where needed
     given = catalog.load("sm90").config(catalog.load("sm90").tiles[0], "f16", "f16", "row", 8, 8)
     assert resolve(_problem(), given)[0].reads_c
-    assert resolve(_problem(beta=1.0), dataclasses.replace(given, reads_c=False))[0].reads_c
+    assert resolve(_problem(bias=True), dataclasses.replace(given, reads_c=False))[0].reads_c
 
 
 def test_plans_of_one_n_range_keep_c_apart():
@@ -68,7 +66,7 @@ def test_plans_of_one_n_range_keep_c_apart():
     plans.clear()
     with mock.patch.object(kernels, "get", stand_in):
         without_c = plans.make(_problem())
-        with_c = plans.make(_problem(beta=0.5))
+        with_c = plans.make(_problem(bias=True).with_(epilogue=Epilogue(beta=0.5)))   # beta * C, no bias
     plans.clear()
     assert not without_c.config.reads_c and with_c.config.reads_c
 

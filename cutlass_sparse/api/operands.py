@@ -262,7 +262,7 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
     if bias is not None:   # folded into a C the library allocates: [M, N], ld N
         bias = as_device_array(bias, "bias")
         bias_kind = "columns" if bias.shape == (1, n) and m != 1 else "rows"
-        c_operand, beta = Operand(layout_c, n if layout_c == "row" else m, 16), 1.0
+        c_operand, beta = folded_c(layout_c, m, n), 1.0
     x_operand = _operand(x, layout_b, ldb)
     arch, sm_count = device.facts(device_id)
     problem = Problem(family, m, n, k, element, element_out, x_operand, out_operand, c_operand,

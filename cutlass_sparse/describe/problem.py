@@ -6,6 +6,7 @@ the same shapes (pointers): it is its own plan-cache key. D = act(alpha * A @ B 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 MAX_ALIGN = 16   # bytes: no kernel reads more than 16 bytes per access
@@ -60,6 +61,11 @@ class Operand:
     align: int
 
 
+def folded_c(layout: str, m: int, n: int) -> Operand:
+    """The C the library allocates to fold a bias into: [M, N] in D's layout, aligned."""
+    return Operand(layout, n if layout == "row" else m, MAX_ALIGN)
+
+
 @dataclass(frozen=True)
 class Problem:
     """One sparse GEMM as asked: sizes, types, operand layouts, epilogue, split, device."""
@@ -93,6 +99,13 @@ class Problem:
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)
         return new
+
+    def with_bias(self, kind: str = "rows") -> "Problem":
+        """This Problem with a bias, as cs.matmul and cs.linear run one: folded into a C of
+        D's layout (beta 1), so the sm90 family runs a kernel with C."""
+        layout = "row" if self.out is None else self.out.layout
+        return self.with_(c=folded_c(layout, self.m, self.n),
+                          epilogue=dataclasses.replace(self.epilogue, beta=1.0, bias=kind))
 
     @property
     def layout_b(self) -> str:

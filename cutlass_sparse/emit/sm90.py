@@ -237,6 +237,8 @@ ${name}(__grid_constant__ Params const params, Params const *from_device) {
 # more than such a kernel needs (fp8 128x256x128 with bf16 D got 4 stages in 185 KB; 5 fit
 # in the 227 KB exactly and ran 3% faster at 8192^3, docs/sweep_void_c_h100.log). So take
 # one stage more wherever the whole kernel's shared memory still fits.
+AUTO_STAGES = ("cutlass::gemm::collective::StageCountAutoCarveout<"
+               "static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>")
 STAGE_SEARCH = """
 
 template <class StageCount>
@@ -268,16 +270,17 @@ def emit(config: SparseGemmConfig) -> Emitted:
         raise ValueError(f"the sm90 emitter cannot emit family {config.family!r}")
     kernel_schedule, epilogue_schedule = config.schedules
     setup = setup_layout(config)
-    stages = ("cutlass::gemm::collective::StageCountAutoCarveout<"
-              "static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
-              if config.stages == 0 else f"cutlass::gemm::collective::StageCount<{config.stages}>")
     scheduler = _scheduler_snippets(config)
     mainloop = {"alignment_a": config.alignment_a, "alignment_b": config.alignment_b,
                 "layout_b": LayoutTag[config.tensor_b.layout],
                 "accumulator": DataTypeTag[config.math_instruction.element_accumulator],
                 "kernel_schedule": KernelScheduleTag[kernel_schedule]}
     stage_search = ""
-    if config.stages == 0 and not config.reads_c:
+    if config.stages:
+        stages = f"cutlass::gemm::collective::StageCount<{config.stages}>"
+    elif config.reads_c:
+        stages = AUTO_STAGES
+    else:
         stage_search = substitute(STAGE_SEARCH, {**mainloop, "tile_scheduler": scheduler["tile_scheduler"]})
         stages = SEARCHED_STAGES
     source = substitute(TEMPLATE, {

@@ -42,13 +42,12 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     if config is None and choice is not None:
         splits = p.split_k or 1
         config = entries.config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c,
-                                p.element_x, p.epilogue.reads_c)
+                                p.element_x)
         if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
             config = dataclasses.replace(config, swizzle=choice.swizzle)
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
-        config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x,
-                                p.epilogue.reads_c)
+        config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
         config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], p.m, p.n, p.sm_count,
                                                                             config.swizzle))
     else:
@@ -57,8 +56,8 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
             raise ValueError(f"config {config.name} reads x as {config.b_element}; x is {p.x_element}")
         splits = p.split_k or 1
     # D's layout is the problem's (a caller's column-major out is written in place). A
-    # problem without C runs a kernel without C (more stages fit: entries.config); a
-    # caller's config may still name one with C.
+    # problem without C runs a kernel without C (more stages fit); a caller's config may
+    # still name one with C.
     config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c, scales=p.epilogue.scales,
                                  reads_c=p.epilogue.reads_c or (given and config.reads_c))
     if splits > 1 and config.tile_scheduler != "streamk":

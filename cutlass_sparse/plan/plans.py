@@ -58,8 +58,8 @@ def range_key(problem: Problem, config: SparseGemmConfig | None, choice) -> tupl
     p = problem
     layout_c = "row" if p.out is None else p.out.layout
     return (p.m, selection.n_range(p.n), p.k, p.element, p.element_x, p.element_out, p.layout_b, layout_c,
-            p.epilogue.activation, p.epilogue.scales, p.epilogue.reads_c, p.split_k, p.split_k_mode, p.device_id, p.arch, p.sm_count,
-            config, choice)
+            p.epilogue.activation, p.epilogue.scales, p.epilogue.reads_c, p.split_k, p.split_k_mode, p.device_id,
+            p.arch, p.sm_count, config, choice)
 
 
 def make(problem: Problem, config: SparseGemmConfig | None = None, choice=None) -> Sm80Plan | Sm90Plan:

@@ -11,7 +11,7 @@ import math
 
 from ..build import kernels
 from ..describe import catalog
-from ..describe.problem import MAX_ALIGN, Epilogue, Operand, Problem
+from ..describe.problem import Problem
 from . import plans
 
 # (model, fused QKV rows, MLP intermediate size) per hidden size: dense LLMs whose
@@ -64,7 +64,7 @@ def problems(name: str, arch: str, sm_count: int, n_max: int = N_MAX) -> list[Pr
              for dtype in DTYPES for layout in LAYOUTS for n in token_counts(n_max)]
     if family != "sm90":   # sm80 kernels always have C: a bias runs the same one
         return plain
-    return plain + [p.with_(c=Operand("row", p.n, MAX_ALIGN), epilogue=Epilogue(beta=1.0, bias="rows")) for p in plain]
+    return plain + [p.with_bias() for p in plain]
 
 
 def items(name: str, archs: list[str], sm_counts: dict[str, int] | None = None,
