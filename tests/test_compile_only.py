@@ -57,9 +57,21 @@ def test_a_scaled_plan_packs_its_scale_pointers():
     assert (int(fields["row_scales"]), int(fields["column_scales"]), int(fields["row_bias"])) == \
         (0x1000, 0x2000, 0x3000)
     assert float(fields["out_multiplier"]) == 1.0   # 1 / out_scale
-    # each launch's own nonce (never 0), which marks the TMA recipes it writes
+    # each launch's own nonce, which marks the TMA recipes it writes: never a small number
+    # (a tensor size inside a real recipe sits where a look-alike slot's nonce would be)
     again = np.frombuffer(plan._setup_arguments((1, 2, 3, 4, 5), 6).tobytes(), dtype=SETUP_SCALED.dtype)[0]
-    assert 0 != int(fields["nonce"]) != int(again["nonce"]) != 0
+    assert int(fields["nonce"]) != int(again["nonce"])
+    assert min(int(fields["nonce"]), int(again["nonce"])) >= 2 ** 31
     assert plain._setup_arguments((1, 2, 3, 4, 5), 6).nbytes == SETUP.dtype.itemsize
     with pytest.raises(ValueError, match="takes no scales"):
         plain._setup_arguments((1, 2, 3, 4, 5), 6, scales=(0x1000, 0, 0))
+
+
+def test_setup_nonces_are_unique_and_large():
+    """Setup nonces: distinct over a long run and all in [2**31, 2**32), so no tensor size
+    below 2**31 can pose as one."""
+    from cutlass_sparse.launch import sm90
+
+    seen = [sm90._next_nonce() for _ in range(100_000)]
+    assert len(set(seen)) == len(seen)
+    assert all(2 ** 31 <= n < 2 ** 32 for n in seen)

@@ -40,7 +40,16 @@ _POINTERS = struct.Struct("<10Q")
 _NONCE = struct.Struct("<I")
 # Each setup launch's nonce, which marks the TMA recipes it writes (see emit.sm90): unique in
 # the process, so no recipe an earlier setup left in local memory passes for one of its own.
+# Spread over 31 bits with the top bit set, not 1, 2, 3...: the scan for recipes (64-byte
+# steps) also reads a nonce's place inside a real recipe 64 bytes on, where a small tensor
+# size sits (dims[0]); a stale magic before it plus a counter equal to that size made a
+# look-alike slot (rank 0, session 16's one-off failure).
 _nonces = itertools.count(1)
+
+
+def _next_nonce() -> int:
+    """The next setup's nonce: a bijection of a counter onto [2**31, 2**32)."""
+    return 0x80000000 | (next(_nonces) * 0x9E3779B1) & 0x7FFFFFFF
 _VECTORS = struct.Struct("<3Q")   # SETUP_SCALED's row_scales, column_scales and row_bias
 NO_VECTORS = sm90_params.NO_VECTORS   # the scaled epilogue's vectors, all absent
 _ABSENT = tuple(v == 0 for v in NO_VECTORS)
@@ -298,7 +307,7 @@ class Sm90Plan:
         block = bytearray(self._block)
         _POINTERS.pack_into(block, 0, *pointers, params, templates, recipes_out, info_out, workspace)
         layout = setup_layout(self.config)
-        _NONCE.pack_into(block, layout.offsets["nonce"], next(_nonces) % 0xFFFFFFFF + 1)
+        _NONCE.pack_into(block, layout.offsets["nonce"], _next_nonce())
         if layout is SETUP_SCALED:   # a null scale reads as 1, a null bias as 0
             _VECTORS.pack_into(block, layout.offsets["row_scales"], *scales)
         elif any(scales):
