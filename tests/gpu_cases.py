@@ -75,6 +75,16 @@ def sm90_configs(sm_count: int = 132):
         tile = next(t for t in fam.tiles if min(t[0][2], 128) == atom and t[5] == "persistent")
         for dtype in DTYPES:
             yield fam.config(tile, dtype, dtype, "row", 8, 8)
+    for dtype in DTYPES:
+        yield from sm90_k256_configs(dtype)
+
+
+def sm90_k256_configs(dtype: str):
+    """The sm90 catalog's tile-K-256 kernels without C (test_k256_tiles_take_a_k_that_256_does_not_divide)."""
+    from cutlass_sparse.describe import catalog
+
+    fam = catalog.load("sm90")
+    return [fam.config(t, dtype, dtype, "row", 8, 8, reads_c=False) for t in fam.tiles if t[0][2] == 256]
 
 
 def issue4_configs(family: str, sm_count: int = 132):

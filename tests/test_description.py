@@ -72,13 +72,15 @@ def test_selection_prefers_big_tiles_for_big_problems_and_small_for_small():
 # docs/tune90_raster_h100.log and docs/tune90_large_h100.log): (M, N, K) -> (tile, cluster, schedule) of the fastest
 # kernel, or one within 5% of it, and the swizzle that measured best.
 SM90_MEASURED = {
-    (4096, 16, 4096): ((64, 32, 128), (4, 1, 1), "pingpong", 1),
-    (14336, 16, 4096): ((64, 32, 128), (4, 1, 1), "pingpong", 1),
-    (4096, 16, 14336): ((64, 32, 128), (4, 1, 1), "pingpong", 1),
-    (28672, 16, 8192): ((64, 32, 128), (4, 1, 1), "pingpong", 1),
-    (4096, 64, 4096): ((64, 64, 128), (4, 1, 1), "pingpong", 1),
+    # decode and n = 64: tile K 256 (docs/sweep_decode_k256_h100.log)
+    (4096, 16, 4096): ((64, 32, 256), (4, 1, 1), "pingpong", 1),
+    (14336, 16, 4096): ((64, 32, 256), (4, 1, 1), "pingpong", 1),
+    (4096, 16, 14336): ((64, 32, 256), (4, 1, 1), "pingpong", 1),
+    (28672, 16, 8192): ((64, 32, 256), (4, 1, 1), "pingpong", 1),
+    (8192, 16, 28672): ((64, 32, 256), (1, 1, 1), "pingpong", 1),
+    (14336, 64, 4096): ((64, 64, 256), (4, 1, 1), "pingpong", 1),
+    (4096, 64, 14336): ((64, 64, 256), (4, 1, 1), "pingpong", 1),
     (4096, 128, 4096): ((64, 64, 128), (1, 1, 1), "pingpong", 1),
-    (11008, 128, 4096): ((64, 64, 128), (4, 1, 1), "pingpong", 1),
     (4096, 512, 4096): ((128, 128, 128), (1, 2, 1), "cooperative", 1),
     (11008, 512, 4096): ((128, 128, 128), (1, 2, 1), "cooperative", 1),
     (4096, 512, 14336): ((128, 128, 128), (1, 2, 1), "cooperative", 1),

@@ -89,6 +89,21 @@ def test_metadata_atoms_convert_exactly_and_both_kinds_of_tile_run(dtype):
         check(cs.matmul(sw, x, out=poisoned((m, n), dtypes.numpy_dtype(dtype)), config=config), w, x, dtype)
 
 
+K256_CASES = [(320, 16, 448), (256, 64, 4224), (128, 16, 256)]   # 1.75, 16.5 and 1 k-block of 256
+
+
+@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
+@pytest.mark.parametrize("shape", K256_CASES, ids=lambda s: "x".join(map(str, s)))
+def test_k256_tiles_take_a_k_that_256_does_not_divide(shape, dtype):
+    # Selection takes a K-256 decode tile only where 256 divides K; a caller's config may
+    # name one for any K, and the last k-block then reads past K (TMA fills zeros).
+    m, n, k = shape
+    w, sw, x = operands(m, n, k, dtype, "row", seed=17)
+    for config in gpu_cases.sm90_k256_configs(dtype):
+        if config.threadblock[1] >= n:
+            check(cs.matmul(sw, x, out=poisoned((m, n), dtypes.numpy_dtype(dtype)), config=config), w, x, dtype)
+
+
 def test_layouts_are_not_interchangeable():
     w, sw, x = operands(128, 64, 128, "f16", "row", seed=5)
     sw80 = cs.compress(w, layout="sm80")

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Issue 13 (GPU machine): decode is bound by reading the weight, and 64 CTAs at
+4096x16x4096 stream it at about 2.4 TB/s. Each TMA box of a K-128 f16 tile reads 128
+bytes of every weight row per k-block (64 compressed values); the 8-bit kernels read
+the same 128 bytes with K 256 and won from 512 tokens down with it. This sweep times
+f16 decode tiles with K 256 (256-byte row segments, half the k-blocks) against the K-128
+tiles the library picks, same cluster and schedule, kernel-only, beside dense and
+cuSPARSELt, every result checked (sweep_void_c's operands and checks). `--dtype e4m3` or
+`s8`: the same for the 8-bit kernels, whose K-256 tiles read 128 bytes a row; K 512 reads 256.
+Run from the repository root: python scripts/device/sweep_decode_k.py [--dtype D] [--compile-only]"""
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cupy  # noqa: E402
+import numpy as np  # noqa: E402
+
+from cutlass_sparse import reference  # noqa: E402
+from cutlass_sparse.build import warmup  # noqa: E402
+from cutlass_sparse.describe import catalog, dtypes  # noqa: E402
+from cutlass_sparse.describe.problem import Epilogue, Problem  # noqa: E402
+from cutlass_sparse.launch.sm90 import Sm90Plan  # noqa: E402
+from cutlass_sparse.launch.sm90_choice import resolve  # noqa: E402
+from sweep_void_c import KINDS, as_float32, check, operands  # noqa: E402
+
+SHAPES = [(4096, 16, 4096), (14336, 16, 4096), (4096, 16, 14336), (6144, 16, 4096), (28672, 16, 8192),
+          (8192, 16, 28672), (4096, 8, 14336), (4096, 64, 14336), (14336, 64, 4096)]
+PP = "pingpong"
+# (threadblock, cluster): the K-256 tiles tried beside the library's choice
+TILES = {"f16": [((64, 32, 256), (4, 1, 1)), ((64, 32, 256), (1, 1, 1)), ((64, 64, 256), (1, 1, 1)),
+                 ((64, 64, 256), (4, 1, 1))],
+         "e4m3": [((64, 32, 512), (4, 1, 1)), ((64, 32, 512), (1, 1, 1)), ((64, 64, 512), (1, 1, 1))]}
+TILES["s8"] = TILES["e4m3"]
+
+
+def problem_for(dtype, m, n, k, alpha=1.0):
+    out, layout_b, _, _ = KINDS[dtype]
+    problem = Problem.contiguous("sm90", m, n, k, element=dtype, element_out=out, layout_b=layout_b)
+    return problem if alpha == 1.0 else dataclasses.replace(problem, epilogue=Epilogue(alpha=alpha))
+
+
+def candidates(dtype):
+    out, layout_b, align_b, align_c = KINDS[dtype]
+    family = catalog.load(catalog.for_element("sm90", dtype))
+    base = [family.config((tb, (4, 1, 1), 0, cluster, PP, "persistent"), dtype, out, layout_b, align_b, align_c,
+                          reads_c=False) for tb, cluster in TILES[dtype]]
+    chosen = {shape: resolve(problem_for(dtype, *shape), None)[0] for shape in SHAPES}
+    return chosen, base
+
+
+def label(config):
+    tb = "x".join(map(str, config.threadblock))
+    return f"{tb:10} c{config.cluster[0]}x{config.cluster[1]}"
+
+
+def sweep(dtype, rng):
+    chosen, base = candidates(dtype)
+    out = KINDS[dtype][0]
+    item = dtypes.numpy_dtype(dtype).itemsize
+    for shape in SHAPES:
+        m, n, k = shape
+        sw, x, ref, alpha, peers = operands(dtype, m, n, k, rng)
+        nbytes = m * k // 2 * item + m * k // 8     # values and metadata of the sparse weight
+        line = [f"{dtype} {m}x{n}x{k}"]
+        for name, run in peers.items():
+            line.append(f"{name} {reference.kernel_median_ms(run) * 1e3:5.1f}us")
+        d = cupy.empty((m, n), dtype=dtypes.numpy_dtype(out))
+        for config in [chosen[shape]] + base:
+            try:
+                plan = Sm90Plan(problem_for(dtype, m, n, k, alpha),
+                                dataclasses.replace(config, swizzle=chosen[shape].swizzle))
+                d.fill(0)
+                plan.launch_direct(sw, x.data.ptr, d.data.ptr)
+                ok, what = check(as_float32(d, dtype), ref, dtype)
+                ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, x.data.ptr, d.data.ptr))
+                tag = "*" if config is chosen[shape] else " "
+                line.append(f"| {tag}{label(config)} {ms * 1e3:5.1f}us {nbytes / ms / 1e9:5.2f}TB/s"
+                            f"{'' if ok else ' FAIL ' + what}")
+            except Exception as exc:   # noqa: BLE001 - a sweep reports and goes on
+                line.append(f"| {label(config)}: {type(exc).__name__}: {str(exc)[:160]}")
+        print("  ".join(line), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", nargs="*", default=["f16"], choices=list(TILES))
+    parser.add_argument("--compile-only", action="store_true", help="compile the candidates and stop")
+    parser.add_argument("--jobs", type=int, default=16)
+    args = parser.parse_args()
+    items = []
+    for dtype in args.dtype:
+        chosen, base = candidates(dtype)
+        items += [(c, "sm_90a") for c in {*chosen.values(), *base}]
+    for name, _, status, _ in warmup.compile_all(items, None, args.jobs):
+        print(f"{status[:200]:12} {name}", flush=True)
+    if args.compile_only:
+        return
+    rng = cupy.random.default_rng(0)
+    for dtype in args.dtype:
+        sweep(dtype, rng)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
