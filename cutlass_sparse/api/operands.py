@@ -12,6 +12,7 @@ from .. import reference
 from ..describe import dtypes
 from ..describe.description import ACTIVATIONS
 from ..describe.problem import Epilogue, Operand, Problem, alignment_class
+from ..describe.problem import folded_c as folded_c_operand
 from ..formats.matrices import SparseBatch, SparseMatrix
 from ..launch import device
 
@@ -262,7 +263,7 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
     if bias is not None:   # folded into a C the library allocates: [M, N], ld N
         bias = as_device_array(bias, "bias")
         bias_kind = "columns" if bias.shape == (1, n) and m != 1 else "rows"
-        c_operand, beta = folded_c(layout_c, m, n), 1.0
+        c_operand, beta = folded_c_operand(layout_c, m, n), 1.0
     x_operand = _operand(x, layout_b, ldb)
     arch, sm_count = device.facts(device_id)
     problem = Problem(family, m, n, k, element, element_out, x_operand, out_operand, c_operand,
