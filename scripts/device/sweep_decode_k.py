@@ -34,6 +34,10 @@ PP = "pingpong"
 TILES = {"f16": [((64, 32, 256), (4, 1, 1)), ((64, 32, 256), (1, 1, 1)), ((64, 64, 256), (1, 1, 1)),
                  ((64, 64, 256), (4, 1, 1))],
          "e4m3": [((64, 32, 512), (4, 1, 1)), ((64, 32, 512), (1, 1, 1)), ((64, 64, 512), (1, 1, 1))]}
+# `--round 2`: twice the K again (512 bytes of each weight row per k-block; fewer stages fit)
+ROUND2 = {"f16": [((64, 32, 512), (4, 1, 1)), ((64, 64, 512), (4, 1, 1))],
+          "e4m3": [((64, 32, 1024), (4, 1, 1)), ((64, 64, 1024), (1, 1, 1))]}
+ROUND2["s8"] = ROUND2["e4m3"]
 TILES["s8"] = TILES["e4m3"]
 
 
@@ -43,11 +47,11 @@ def problem_for(dtype, m, n, k, alpha=1.0):
     return problem if alpha == 1.0 else dataclasses.replace(problem, epilogue=Epilogue(alpha=alpha))
 
 
-def candidates(dtype):
+def candidates(dtype, round_=1):
     out, layout_b, align_b, align_c = KINDS[dtype]
     family = catalog.load(catalog.for_element("sm90", dtype))
     base = [family.config((tb, (4, 1, 1), 0, cluster, PP, "persistent"), dtype, out, layout_b, align_b, align_c,
-                          reads_c=False) for tb, cluster in TILES[dtype]]
+                          reads_c=False) for tb, cluster in (TILES if round_ == 1 else ROUND2)[dtype]]
     chosen = {shape: resolve(problem_for(dtype, *shape), None)[0] for shape in SHAPES}
     return chosen, base
 
@@ -57,8 +61,8 @@ def label(config):
     return f"{tb:10} c{config.cluster[0]}x{config.cluster[1]}"
 
 
-def sweep(dtype, rng):
-    chosen, base = candidates(dtype)
+def sweep(dtype, rng, round_):
+    chosen, base = candidates(dtype, round_)
     out = KINDS[dtype][0]
     item = dtypes.numpy_dtype(dtype).itemsize
     for shape in SHAPES:
@@ -91,12 +95,13 @@ def sweep(dtype, rng):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", nargs="*", default=["f16"], choices=list(TILES))
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2], help="2: the ROUND2 tiles")
     parser.add_argument("--compile-only", action="store_true", help="compile the candidates and stop")
     parser.add_argument("--jobs", type=int, default=16)
     args = parser.parse_args()
     items = []
     for dtype in args.dtype:
-        chosen, base = candidates(dtype)
+        chosen, base = candidates(dtype, args.round)
         items += [(c, "sm_90a") for c in {*chosen.values(), *base}]
     for name, _, status, _ in warmup.compile_all(items, None, args.jobs):
         print(f"{status[:200]:12} {name}", flush=True)
@@ -104,7 +109,7 @@ def main():
         return
     rng = cupy.random.default_rng(0)
     for dtype in args.dtype:
-        sweep(dtype, rng)
+        sweep(dtype, rng, args.round)
 
 
 if __name__ == "__main__":
