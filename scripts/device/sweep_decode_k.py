@@ -20,12 +20,11 @@ import cupy  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cutlass_sparse import reference  # noqa: E402
-from cutlass_sparse.build import warmup  # noqa: E402
 from cutlass_sparse.describe import catalog, dtypes  # noqa: E402
 from cutlass_sparse.describe.problem import Epilogue, Problem  # noqa: E402
 from cutlass_sparse.launch.sm90 import Sm90Plan  # noqa: E402
 from cutlass_sparse.launch.sm90_choice import resolve  # noqa: E402
-from sweep_void_c import KINDS, as_float32, check, operands  # noqa: E402
+from sweep_void_c import compile_candidates, KINDS, as_float32, check, operands  # noqa: E402
 
 SHAPES = [(4096, 16, 4096), (14336, 16, 4096), (4096, 16, 14336), (6144, 16, 4096), (28672, 16, 8192),
           (8192, 16, 28672), (4096, 8, 14336), (4096, 64, 14336), (14336, 64, 4096)]
@@ -103,8 +102,7 @@ def main():
     for dtype in args.dtype:
         chosen, base = candidates(dtype, args.round)
         items += [(c, "sm_90a") for c in {*chosen.values(), *base}]
-    for name, _, status, _ in warmup.compile_all(items, None, args.jobs):
-        print(f"{status[:200]:12} {name}", flush=True)
+    compile_candidates(items, args.jobs)
     if args.compile_only:
         return
     rng = cupy.random.default_rng(0)

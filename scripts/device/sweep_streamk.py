@@ -20,12 +20,11 @@ import cupy  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cutlass_sparse import reference  # noqa: E402
-from cutlass_sparse.build import warmup  # noqa: E402
 from cutlass_sparse.describe import dtypes  # noqa: E402
 from cutlass_sparse.describe.problem import Epilogue, Problem  # noqa: E402
 from cutlass_sparse.launch.sm90 import Sm90Plan  # noqa: E402
 from cutlass_sparse.launch.sm90_choice import Scheduling, resolve  # noqa: E402
-from sweep_void_c import KINDS, as_float32, check, operands  # noqa: E402
+from sweep_void_c import compile_candidates, KINDS, as_float32, check, operands  # noqa: E402
 
 SHAPES = [(4096, 512, 4096), (6144, 512, 4096), (11008, 512, 4096), (14336, 512, 4096), (4096, 512, 14336),
           (8192, 512, 28672), (28672, 512, 8192), (4096, 4096, 4096), (11008, 4096, 4096)]
@@ -90,9 +89,7 @@ def main():
     for dtype in args.dtypes:
         chosen, twins = kernels(dtype)
         items += [(c, "sm_90a") for c in {*chosen.values(), *twins.values()}]
-    print(f"{len(items)} kernels", flush=True)
-    for name, _, status, _ in warmup.compile_all(items, None, args.jobs):
-        print(f"{status[:12]:12} {name}", flush=True)
+    compile_candidates(items, args.jobs)
     if args.compile_only:
         return
     rng = cupy.random.default_rng(0)

@@ -55,6 +55,12 @@ SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 40
 DECODE = [(4096, 16, 4096), (14336, 16, 4096)]   # f16 only: the ping-pong tile
 
 
+def compile_candidates(items, jobs: int) -> None:
+    """Compile a sweep's (config, arch) items (cached ones are found at once), a line each."""
+    for name, _, status, _ in warmup.compile_all(items, None, jobs):
+        print(f"{status[:200]:12} {name}", flush=True)
+
+
 def candidates(dtype, round_=1):
     out, layout_b, align_b, align_c = KINDS[dtype]
     family = catalog.load(catalog.for_element("sm90", dtype))
