@@ -37,6 +37,10 @@ TILES = {"f16": [((64, 32, 256), (4, 1, 1)), ((64, 32, 256), (1, 1, 1)), ((64, 6
 ROUND2 = {"f16": [((64, 32, 512), (4, 1, 1)), ((64, 64, 512), (4, 1, 1))],
           "e4m3": [((64, 32, 1024), (4, 1, 1)), ((64, 64, 1024), (1, 1, 1))]}
 ROUND2["s8"] = ROUND2["e4m3"]
+# `--round 3`: N 16 (a decode step's tokens) without the 16 columns a 32-wide tile idles:
+# smaller stages, more of them
+ROUND3 = {"f16": [((64, 16, 256), (4, 1, 1)), ((64, 16, 256), (1, 1, 1))]}
+ROUNDS = {1: TILES, 2: ROUND2, 3: ROUND3}
 TILES["s8"] = TILES["e4m3"]
 
 
@@ -50,7 +54,7 @@ def candidates(dtype, round_=1):
     out, layout_b, align_b, align_c = KINDS[dtype]
     family = catalog.load(catalog.for_element("sm90", dtype))
     base = [family.config((tb, (4, 1, 1), 0, cluster, PP, "persistent"), dtype, out, layout_b, align_b, align_c,
-                          reads_c=False) for tb, cluster in (TILES if round_ == 1 else ROUND2)[dtype]]
+                          reads_c=False) for tb, cluster in ROUNDS[round_][dtype]]
     chosen = {shape: resolve(problem_for(dtype, *shape), None)[0] for shape in SHAPES}
     return chosen, base
 
@@ -94,7 +98,7 @@ def sweep(dtype, rng, round_):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", nargs="*", default=["f16"], choices=list(TILES))
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2], help="2: the ROUND2 tiles")
+    parser.add_argument("--round", type=int, default=1, choices=list(ROUNDS), help="2, 3: the ROUND2, ROUND3 tiles")
     parser.add_argument("--compile-only", action="store_true", help="compile the candidates and stop")
     parser.add_argument("--jobs", type=int, default=16)
     args = parser.parse_args()
