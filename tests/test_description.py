@@ -72,12 +72,13 @@ def test_selection_prefers_big_tiles_for_big_problems_and_small_for_small():
 # docs/tune90_raster_h100.log and docs/tune90_large_h100.log): (M, N, K) -> (tile, cluster, schedule) of the fastest
 # kernel, or one within 5% of it, and the swizzle that measured best.
 SM90_MEASURED = {
-    # decode and n = 64: tile K 256 (docs/sweep_decode_k256_h100.log)
-    (4096, 16, 4096): ((64, 32, 256), (4, 1, 1), "pingpong", 1),
-    (14336, 16, 4096): ((64, 32, 256), (4, 1, 1), "pingpong", 1),
-    (4096, 16, 14336): ((64, 32, 256), (4, 1, 1), "pingpong", 1),
-    (28672, 16, 8192): ((64, 32, 256), (4, 1, 1), "pingpong", 1),
-    (8192, 16, 28672): ((64, 32, 256), (1, 1, 1), "pingpong", 1),
+    # decode: 16-wide tiles of K 256 (docs/sweep_decode_n16_h100.log); n = 64: tile K 256
+    # (docs/sweep_decode_k256_h100.log)
+    (4096, 16, 4096): ((64, 16, 256), (4, 1, 1), "pingpong", 1),
+    (14336, 16, 4096): ((64, 16, 256), (4, 1, 1), "pingpong", 1),
+    (4096, 16, 14336): ((64, 16, 256), (4, 1, 1), "pingpong", 1),
+    (28672, 16, 8192): ((64, 16, 256), (4, 1, 1), "pingpong", 1),
+    (8192, 16, 28672): ((64, 16, 256), (1, 1, 1), "pingpong", 1),
     (14336, 64, 4096): ((64, 64, 256), (4, 1, 1), "pingpong", 1),
     (4096, 64, 14336): ((64, 64, 256), (4, 1, 1), "pingpong", 1),
     (4096, 128, 4096): ((64, 64, 128), (1, 1, 1), "pingpong", 1),
@@ -188,3 +189,13 @@ def test_sm90_int8_kernels_accumulate_in_int32():
         dataclasses.replace(raw, fast_accum=True)
     assert catalog.for_element("sm90", "s8") == "sm90_s8"
     assert "s32" in dtypes.outputs_for("s8", "sm90") and "bf16" not in dtypes.outputs_for("s8", "sm80")
+
+
+def test_16_wide_tiles_only_where_one_covers_n():
+    # 64x16 tiles were timed at decode (N <= 16) only; N of 17 and up keeps the 32- and
+    # 64-wide tiles the sweeps chose, whatever M.
+    for m in (64, 1000, 4096, 8192, 28672):
+        for n in (1, 8, 16):
+            assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] == 16, (m, n)
+        for n in (17, 32, 64, 128):
+            assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] >= 32, (m, n)

@@ -85,6 +85,8 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
     for tile in family.tiles:
         if not family.allows(tile, element, element_out or element):
             continue
+        if tile[0][1] < 32 and n > tile[0][1]:   # 16-wide tiles: timed for decode (one N tile) only
+            continue
         streamk = tile[5] == "streamk"
         if split_k is not None:
             choices = (split_k,) if (streamk or split_k == 1) else ()
