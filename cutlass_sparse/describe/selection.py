@@ -137,13 +137,15 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
     is_sm90 = family == "sm90"
     family = catalog.for_element(family, element)
     fam = catalog.load(family)
+    if n == 1:
+        layout_b = "col"   # a single column reads as column-major (api.operands.matrix_layout)
     if is_sm90:   # TMA: whole 16-byte vectors (the library stages operands that break them)
         tile, _ = choose_sm90(m, n, k, sm_count, None, element, element_out)
         config = fam.config(tile, element, element_out, layout_b, 16 // dtypes.numpy_dtype(element).itemsize,
                             16 // dtypes.numpy_dtype(element_out).itemsize, reads_c=False)   # no C: beta = 0
         return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle))
-    if n == 1 or element == "s8":
-        layout_b = "col"   # a single column reads as column-major; int8 B must be K-major
+    if element == "s8":
+        layout_b = "col"   # int8 B must be K-major
     m_pad = cdiv(m, 32) * 32
     tile = choose_tile(family, m_pad, n, k, sm_count)
     k_eff = cdiv(k, tile[0][2]) * tile[0][2]
