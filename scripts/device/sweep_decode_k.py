@@ -39,7 +39,9 @@ ROUND2 = {"f16": [((64, 32, 512), (4, 1, 1)), ((64, 64, 512), (4, 1, 1))],
 ROUND2["s8"] = ROUND2["e4m3"]
 # `--round 3`: N 16 (a decode step's tokens) without the 16 columns a 32-wide tile idles:
 # smaller stages, more of them
-ROUND3 = {"f16": [((64, 16, 256), (4, 1, 1)), ((64, 16, 256), (1, 1, 1))]}
+ROUND3 = {"f16": [((64, 16, 256), (4, 1, 1)), ((64, 16, 256), (1, 1, 1))],
+          "e4m3": [((64, 16, 512), (4, 1, 1)), ((64, 16, 512), (1, 1, 1))]}
+ROUND3["s8"] = ROUND3["e4m3"]
 ROUNDS = {1: TILES, 2: ROUND2, 3: ROUND3}
 TILES["s8"] = TILES["e4m3"]
 
