@@ -199,3 +199,14 @@ def test_16_wide_tiles_only_where_one_covers_n():
             assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] == 16, (m, n)
         for n in (17, 32, 64, 128):
             assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] >= 32, (m, n)
+
+
+def test_a_single_column_x_reads_as_column_major():
+    # cs.matmul reads x [K, 1] as column-major (api.operands.matrix_layout), so warm-up,
+    # presets and compile-only name that kernel for N = 1, in both families.
+    from cutlass_sparse.describe.problem import x_layout
+
+    assert x_layout("row", 4096, 1) == "col" and x_layout("row", 1, 1) == "row" and x_layout("row", 64, 2) == "row"
+    for family in ("sm80", "sm90"):
+        assert selection.config_for_shape(4096, 1, 4096, "f16", "f16", "row", 132, family).layout_b == "col"
+        assert selection.config_for_shape(4096, 2, 4096, "f16", "f16", "row", 132, family).layout_b == "row"

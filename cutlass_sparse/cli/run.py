@@ -18,7 +18,7 @@ import numpy as np
 
 from ..describe import catalog, dtypes, selection
 from ..describe.description import ACTIVATIONS
-from ..describe.problem import Problem, Split
+from ..describe.problem import Problem, Split, x_layout
 from . import args as types
 from .args import UsageError
 
@@ -98,7 +98,7 @@ def _named_config(name: str | None, family: str):
 def problem_of(args, family: str, target: str, sm_count: int | None = None) -> Problem:
     """The Problem a GPU run of these arguments makes (fresh operands, D allocated)."""
     problem = Problem.contiguous(family, args.m, args.n, args.k, element=args.dtype, element_out=args.out_dtype,
-                                 layout_b=args.layout_b, activation=args.activation,
+                                 layout_b=x_layout(args.layout_b, args.k, args.n), activation=args.activation,
                                  arch="sm_90" if family == "sm90" else target, sm_count=sm_count or args.sm_count)
     return dataclasses.replace(problem, split_k=args.split_k, split_k_mode=args.split_k_mode)
 

@@ -61,6 +61,12 @@ class Operand:
     align: int
 
 
+def x_layout(layout: str, k: int, n: int) -> str:
+    """How a contiguous x [K, N] of this layout is read: a single column (N = 1, K > 1) is
+    both row- and column-major, and reads as column-major (api.operands.matrix_layout)."""
+    return "col" if n == 1 and k > 1 else layout
+
+
 def folded_c(layout: str, m: int, n: int) -> Operand:
     """The C the library allocates to fold a bias into: [M, N] in D's layout, aligned."""
     return Operand(layout, n if layout == "row" else m, MAX_ALIGN)

@@ -13,7 +13,7 @@ import functools
 from . import catalog, dtypes
 from .arith import cdiv, round_up
 from .description import SparseGemmConfig
-from .problem import Split
+from .problem import Split, x_layout
 
 
 def cost(threadblock: tuple[int, int, int], m: int, n: int, k: int, sm_count: int) -> float:
@@ -137,8 +137,7 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
     is_sm90 = family == "sm90"
     family = catalog.for_element(family, element)
     fam = catalog.load(family)
-    if n == 1:
-        layout_b = "col"   # a single column reads as column-major (api.operands.matrix_layout)
+    layout_b = x_layout(layout_b, k, n)
     if is_sm90:   # TMA: whole 16-byte vectors (the library stages operands that break them)
         tile, _ = choose_sm90(m, n, k, sm_count, None, element, element_out)
         config = fam.config(tile, element, element_out, layout_b, 16 // dtypes.numpy_dtype(element).itemsize,
