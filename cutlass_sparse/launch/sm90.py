@@ -45,11 +45,6 @@ _NONCE = struct.Struct("<I")
 # size sits (dims[0]); a stale magic before it plus a counter equal to that size made a
 # look-alike slot (rank 0, session 16's one-off failure).
 _nonces = itertools.count(1)
-
-
-def _next_nonce() -> int:
-    """The next setup's nonce: a bijection of a counter onto [2**31, 2**32)."""
-    return 0x80000000 | (next(_nonces) * 0x9E3779B1) & 0x7FFFFFFF
 _VECTORS = struct.Struct("<3Q")   # SETUP_SCALED's row_scales, column_scales and row_bias
 NO_VECTORS = sm90_params.NO_VECTORS   # the scaled epilogue's vectors, all absent
 _ABSENT = tuple(v == 0 for v in NO_VECTORS)
@@ -60,6 +55,11 @@ RASTER = 0
 # repeats its pointers (a plan, a benchmark, a weight applied to the same buffers) reuses
 # the launch made last time.
 PARAMS_PER_PLAN = 64
+
+
+def _next_nonce() -> int:
+    """The next setup's nonce: a bijection of a counter onto [2**31, 2**32)."""
+    return 0x80000000 | (next(_nonces) * 0x9E3779B1) & 0x7FFFFFFF
 
 
 @dataclass(slots=True)
