@@ -177,7 +177,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     from cutlass_sparse.describe.problem import Problem
     from cutlass_sparse.plan import records
     from cutlass_sparse.profiler import tune
-    from cutlass_sparse.describe.description import CompressorConfig
+    from cutlass_sparse.describe.description import CompressorConfig, LineCopyConfig
 
     def script(name):
         path = Path(__file__).resolve().parent.parent / "scripts" / name
@@ -202,6 +202,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
             (sm80_items if family == "sm80" else sm90_items).append(
                 selection_config(m, n, k, "f16", family, sm_count))
     sm90_items += [CompressorConfig("e4m3"), CompressorConfig("s8")]   # tests/test_gpu_fp8.py, test_gpu_int8.py
+    sm90_items.append(LineCopyConfig())   # launch.staging: odd N, misaligned views
     sweep = script("device/sweep_8bit.py")
     sm90_items += sweep.CANDIDATES + sweep.SCALED + sweep.CANDIDATES_S8
     swept = planned_configs([any_shape_cases.problem_of(case, sm_count)

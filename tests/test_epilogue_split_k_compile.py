@@ -119,3 +119,19 @@ def test_tf32_kernels_compile_with_one_of_two_metadata(layout_b, shared_cache_pa
     assert kernels.get(config, "sm_80", KernelCache(shared_cache_path)).shared_bytes > 0
     with pytest.raises(ValueError, match="element_out 'tf32' must be one of"):
         fam.config(fam.tiles[0], "tf32", "tf32", layout_b, 4, 4)
+
+
+def test_staging_copy_kernel_compiles_with_an_entry_per_access_width(shared_cache_path):
+    """The staging copy (emit.line_copy) compiles for sm_90a without CUTLASS, with one entry
+    per access width taking the launcher's argument block, and warm-up ships it."""
+    from cutlass_sparse.build import warmup
+    from cutlass_sparse.describe.description import LineCopyConfig
+
+    config = LineCopyConfig()
+    compiled = kernels.get(config, "sm_90a", KernelCache(shared_cache_path))
+    assert compiled.threads == 256 and compiled.shared_bytes == 0
+    for unit in config.UNITS:
+        assert cubin.kernel_param_bytes(compiled.cubin, config.entry(unit)) == arguments.LINE_COPY.dtype.itemsize
+    assert "#include <cutlass" not in kernels.emit(config).source
+    assert (config, "sm_90a") in warmup.catalog_items(["sm_90a"])
+    assert warmup._config_from_json(config.to_json()) == config

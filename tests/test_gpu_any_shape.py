@@ -82,3 +82,36 @@ def test_valid_problem_runs_with_torch_tensors(case):
         got = cupy.asarray(y.view(torch.int16)).view(np_dtype) if case.dtype == "bf16" else cupy.asarray(y)
         err = reference.relative_error(got, ref)
         assert err <= TOLERANCE[case.dtype], f"{call}: relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("unit_of", [1, 2, 4, 8, 16])
+def test_staging_copy_kernel_moves_exactly_the_lines(unit_of):
+    """launch.staging.copy_lines (the copy kernel) at each access width: lines of `width`
+    bytes land at their pitch, nothing around them is touched; one line with a pitch of 0;
+    the 2-D memcpy fallback gives the same bytes."""
+    import cupy
+
+    from cutlass_sparse.launch import staging
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the copy kernel is the sm90 family's (griddepcontrol)")
+    assert staging._copier(cupy.cuda.runtime.getDevice()) is not None
+    rng = cupy.random.default_rng(unit_of)
+    for lines, width, src_pitch, dst_pitch in ((4096, 14, 14, 16), (3, 8190, 8190, 8192), (1, 48, 0, 0),
+                                               (700, 4096 * 2 + 16, 4096 * 2 + 32, 4096 * 2 + 48)):
+        # offsets and sizes of this unit (the kernel's unit is the widest dividing all of them)
+        width, src_pitch, dst_pitch = (-(-v // unit_of) * unit_of for v in (width, src_pitch, dst_pitch))
+        src = rng.integers(0, 256, size=lines * max(src_pitch, width) + 64, dtype=cupy.uint8)
+        dst = cupy.full(lines * max(dst_pitch, width) + 64, 7, dtype=cupy.uint8)
+        expect = dst.copy()
+        staging.copy_lines(dst.data.ptr + unit_of, dst_pitch, src.data.ptr + unit_of, src_pitch, width, lines)
+        for line in range(lines):
+            d0, s0 = unit_of + line * dst_pitch, unit_of + line * src_pitch
+            expect[d0:d0 + width] = src[s0:s0 + width]
+        assert bool((dst == expect).all()), (lines, width, src_pitch, dst_pitch)
+        if lines > 1:   # the 2-D memcpy fallback: same bytes
+            again = cupy.full_like(dst, 7)
+            cupy.cuda.runtime.memcpy2DAsync(again.data.ptr + unit_of, dst_pitch, src.data.ptr + unit_of, src_pitch,
+                                            width, lines, cupy.cuda.runtime.memcpyDeviceToDevice,
+                                            cupy.cuda.get_current_stream().ptr)
+            assert bool((again == dst).all())

@@ -9,14 +9,14 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ..describe import catalog, dtypes
-from ..describe.description import CompressorConfig, ReductionConfig, SparseGemmConfig
+from ..describe.description import CompressorConfig, LineCopyConfig, ReductionConfig, SparseGemmConfig
 from . import kernels
 from .cache import default_cache
 
 
 def _config_from_json(data: dict):
     """Any kernel description back from its to_json() (workers receive JSON)."""
-    kinds = {"sm90_compressor": CompressorConfig, "sm80_reduction": ReductionConfig}
+    kinds = {"sm90_compressor": CompressorConfig, "sm80_reduction": ReductionConfig, "line_copy": LineCopyConfig}
     kind = kinds.get(data.get("family"))
     return kind(**data) if kind else SparseGemmConfig.from_json(data)
 
@@ -43,6 +43,7 @@ def catalog_items(archs, widest_only: bool = True) -> list[tuple[object, str]]:
         if arch == "sm_90a":
             # cs.quantize_fp8 / quantize_int8 run CUTLASS's compressor (16-bit types encode in Python)
             items += [(CompressorConfig(e), arch) for e in dtypes.SM90_KERNEL_INPUT_NAMES if e not in dtypes.INPUT_NAMES]
+            items.append((LineCopyConfig(), arch))   # stages what TMA cannot read (launch.staging)
             # each tile with C (a bias or beta) and without (every other call: SparseGemmConfig.reads_c)
             items += [(variant, arch) for name in catalog.CATALOGS["sm90"]
                       for c in catalog.load(name).enumerate(widest_only)

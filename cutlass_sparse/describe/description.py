@@ -316,6 +316,29 @@ class ReductionConfig:
 
 
 @dataclass(frozen=True)
+class LineCopyConfig:
+    """The staging copy (family "line_copy"): lines of bytes from one pitch to another, one
+    entry per access width (1 to 16 bytes). It stages what TMA cannot read into aligned
+    buffers and a staged D back into the caller's array, as a kernel: a 2-D memcpy of
+    narrow lines is slow on the copy engine, and a copy between two programmatic launches
+    breaks their overlap."""
+
+    family: str = "line_copy"
+
+    UNITS = (1, 2, 4, 8, 16)
+
+    @property
+    def name(self) -> str:
+        return "cutlass_sparse_copy_lines"
+
+    def entry(self, unit: int) -> str:
+        return f"{self.name}_u{unit}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class CompressorConfig:
     """CUTLASS's sm90 2:4 compressor for one element type (family "sm90_compressor")."""
 

@@ -115,3 +115,13 @@ REDUCE_SPLIT_K = StructLayout("CutlassSparseReduceArguments", (
     ("beta", "float", np.float32),
     ("activation_arg", "float", np.float32),
 ))
+
+# The staging copy's entries (emit.line_copy): `lines` runs of `width` bytes.
+LINE_COPY = StructLayout("CutlassSparseLineCopyArguments", (
+    ("destination", "void *", np.uint64),
+    ("source", "void const *", np.uint64),
+    ("destination_pitch", "long long", np.int64),   # bytes between lines
+    ("source_pitch", "long long", np.int64),
+    ("width", "long long", np.int64),               # bytes of each line
+    ("lines", "long long", np.int64),
+))

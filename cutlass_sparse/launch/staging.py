@@ -1,9 +1,16 @@
 """Staging copies: an operand into an aligned buffer, a padded result back into the
-caller's array, as single strided copies (cudaMemcpy2DAsync, a few microseconds of host
-time, where an elementwise CuPy copy costs tens) on the current stream; and the small
-staging buffers a plan keeps."""
+caller's array, as one launch of the staging copy kernel (emit.line_copy) on the given
+stream; and the small staging buffers a plan keeps.
+
+A kernel, not cudaMemcpy2DAsync: the copy engine moves a decode step's x (4096 lines of
+14 bytes) in about 7 us and every switch between it and the compute engine costs more
+again, where the kernel takes a few, and a copy between two programmatic launches would
+end their overlap. Where the kernel cannot be had (compiling forbidden and not in the
+cache) the 2-D memcpy does the copy.
+"""
 from __future__ import annotations
 
+import ctypes
 import threading
 
 from . import graphs
@@ -12,6 +19,9 @@ from . import graphs
 # come from the stream's memory pool at each call.
 KEEP_BYTES = 1 << 20
 MAX_KEPT = 16
+# Blocks of the copy kernel at most (grid-stride beyond): 4 of 256 threads per H100 SM
+# leave room beside them for the GEMM that launches programmatically after the copy.
+MAX_BLOCKS = 528
 
 
 def copy_lines(dst_ptr: int, dst_pitch: int, src_ptr: int, src_pitch: int, width: int, lines: int,
@@ -20,10 +30,71 @@ def copy_lines(dst_ptr: int, dst_pitch: int, src_ptr: int, src_pitch: int, width
     on `stream` (a CuPy stream; default the current one)."""
     import cupy
 
+    stream = stream or cupy.cuda.get_current_stream()
+    if width <= 0 or lines <= 0:
+        return
+    copier = _copier(cupy.cuda.runtime.getDevice())
+    if copier is not None:
+        copier(dst_ptr, dst_pitch, src_ptr, src_pitch, width, lines, stream)
+        return
     runtime = cupy.cuda.runtime
     # a single line may report any pitch; 2-D copies want pitches of at least its width
     runtime.memcpy2DAsync(dst_ptr, max(dst_pitch, width), src_ptr, max(src_pitch, width), width, lines,
-                          runtime.memcpyDeviceToDevice, (stream or cupy.cuda.get_current_stream()).ptr)
+                          runtime.memcpyDeviceToDevice, stream.ptr)
+
+
+class _LineCopier:
+    """The staging copy kernel's entries on one device, launched from a packed argument
+    block (launch.pdl.Entry: programmatic, after whatever the stream ran last)."""
+
+    def __init__(self, device_id: int, compiled):
+        from ..describe.description import LineCopyConfig
+        from ..emit.arguments import LINE_COPY
+        from . import modules, pdl
+
+        loaded = modules.load(compiled)
+        config = LineCopyConfig()
+        self._entries = {unit: pdl.Entry(loaded.function(device_id, config.entry(unit)), (compiled.threads, 1, 1), 0)
+                         for unit in config.UNITS}
+        self._threads = compiled.threads
+        self._pack = LINE_COPY.packer.pack
+        self._kernel_params = pdl.kernel_params
+
+    def __call__(self, dst_ptr, dst_pitch, src_ptr, src_pitch, width, lines, stream) -> None:
+        # the widest access (up to 16 bytes) that divides both addresses, the width and,
+        # where there is more than one line, both pitches
+        bits = dst_ptr | src_ptr | width | 16 | ((dst_pitch | src_pitch) if lines > 1 else 0)
+        unit = bits & -bits
+        units = width // unit * lines
+        block = ctypes.create_string_buffer(self._pack(dst_ptr, src_ptr, dst_pitch, src_pitch, width, lines))
+        params = self._kernel_params(block)
+        grid = (min(-(-units // self._threads), MAX_BLOCKS), 1, 1)
+        self._entries[unit](grid, ctypes.addressof(params), stream, True)
+
+
+_copiers: dict[int, _LineCopier | None] = {}
+_copiers_lock = threading.Lock()
+
+
+def _copier(device_id: int) -> _LineCopier | None:
+    """The device's staging copy kernel, or None where it cannot be had (compiling
+    forbidden and not in the cache; asked once per device and process)."""
+    try:
+        return _copiers[device_id]
+    except KeyError:
+        pass
+    from ..build import compiler, kernels
+    from ..describe.description import LineCopyConfig
+    from . import device
+
+    with _copiers_lock:
+        if device_id not in _copiers:
+            try:
+                compiled = kernels.get(LineCopyConfig(), device.sm90_target(device.facts(device_id)[0], device_id))
+                _copiers[device_id] = _LineCopier(device_id, compiled)
+            except (compiler.CompileError, ValueError):   # no kernel (or not an sm_90 device): the 2-D memcpy
+                _copiers[device_id] = None
+    return _copiers[device_id]
 
 
 def stage(array, ld: int, layout: str, n_k: int):

@@ -11,6 +11,7 @@ import math
 
 from ..build import kernels
 from ..describe import catalog
+from ..describe.description import LineCopyConfig
 from ..describe.problem import Problem
 from . import plans
 
@@ -80,4 +81,6 @@ def items(name: str, archs: list[str], sm_counts: dict[str, int] | None = None,
             asked = kernels.first_asked(lambda: plans.make(problem))
             if asked is not None:   # one entry per binary (swizzles share one)
                 found.append((asked[0].as_compiled(), kernels.normalize_arch(asked[1])))
+        if family_of(arch)[0] == "sm90":   # what stages an odd N or a misaligned view at run time
+            found.append((LineCopyConfig(), "sm_90a"))
     return list(dict.fromkeys(found))

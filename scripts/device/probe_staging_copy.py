@@ -1,6 +1,7 @@
 """GPU time of staging x (GPU machine): cudaMemcpy2DAsync of K rows of N elements into
-rows padded to 16 bytes, against a one-thread-per-element CuPy kernel doing the same
-copy. Narrow rows (a decode step's N = 7) are where a 2-D copy may pay per line.
+rows padded to 16 bytes, against the library's copy kernel (launch.staging.copy_lines,
+emit.line_copy) and a one-thread-per-element CuPy kernel doing the same copy. Narrow rows
+(a decode step's N = 7) are where a 2-D copy may pay per line.
 
     python scripts/device/probe_staging_copy.py
 """
@@ -20,17 +21,28 @@ extern "C" __global__ void pad_rows(const unsigned short* src, unsigned short* d
 """
 
 
-def gpu_us(fn, calls: int = 200) -> float:
+def gpu_us(fn, calls: int = 200) -> tuple[float, float]:
+    """(GPU us, host us) per call of `calls` back to back, queued behind a spin kernel so
+    that the GPU time is the copies' own and not the host's launch rate."""
+    import time
+
     import cupy
 
+    from cutlass_sparse import reference
+
     fn()
+    spin = cupy.RawKernel(reference._SPIN_SOURCE, "cutlass_sparse_spin")
+    rate = cupy.cuda.runtime.getDeviceProperties(0)["clockRate"]   # kHz
+    spin((1,), (1,), (cupy.int64(int(calls * 0.05 * rate)),))       # 50 us of queue per call
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     start.record()
+    began = time.perf_counter()
     for _ in range(calls):
         fn()
+    host = (time.perf_counter() - began) / calls * 1e6
     stop.record()
     stop.synchronize()
-    return cupy.cuda.get_elapsed_time(start, stop) / calls * 1e3
+    return cupy.cuda.get_elapsed_time(start, stop) / calls * 1e3, host
 
 
 def main():
@@ -39,18 +51,31 @@ def main():
     from cutlass_sparse.launch.staging import copy_lines
 
     kernel = cupy.RawKernel(PAD_SOURCE, "pad_rows")
-    print("rows x cols (f16)   memcpy2DAsync us   kernel us   (GPU time per copy, 200 back to back)")
+    print("rows x cols (f16)   GPU us per copy (host us per call), 200 back to back behind a spin kernel:\n"
+          "                    memcpy2DAsync      copy_lines         CuPy kernel")
     for rows, cols in ((4096, 7), (14336, 7), (4096, 15), (4096, 4095)):
         ld = -(-cols // 8) * 8
         src = cupy.random.default_rng(0).standard_normal((rows, cols), dtype=cupy.float32).astype(cupy.float16)
         dst_a = cupy.zeros((rows, ld), dtype=cupy.float16)
         dst_b = cupy.zeros((rows, ld), dtype=cupy.float16)
-        a = gpu_us(lambda: copy_lines(dst_a.data.ptr, ld * 2, src.data.ptr, cols * 2, cols * 2, rows))
+        dst_c = cupy.zeros((rows, ld), dtype=cupy.float16)
+        a = gpu_us(lambda: memcpy_2d(dst_a.data.ptr, ld * 2, src.data.ptr, cols * 2, cols * 2, rows))
+        c = gpu_us(lambda: copy_lines(dst_c.data.ptr, ld * 2, src.data.ptr, cols * 2, cols * 2, rows))
         total = rows * cols
         b = gpu_us(lambda: kernel(((total + 255) // 256,), (256,),
                                   (src, dst_b, cupy.int64(rows), cupy.int64(cols), cupy.int64(cols), cupy.int64(ld))))
-        same = bool((dst_a[:, :cols] == src).all()) and bool((dst_b[:, :cols] == src).all())
-        print(f"{rows:6d} x {cols:5d}        {a:10.2f}      {b:8.2f}   {'ok' if same else 'WRONG'}")
+        same = all(bool((dst[:, :cols] == src).all()) for dst in (dst_a, dst_b, dst_c))
+        print(f"{rows:6d} x {cols:5d}     " + "".join(f"{g:8.2f} ({h:5.1f})  " for g, h in (a, c, b))
+              + ("ok" if same else "WRONG"))
+
+
+def memcpy_2d(dst_ptr, dst_pitch, src_ptr, src_pitch, width, lines):
+    """The copy engine's 2-D copy on the current stream (what staging did before the kernel)."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    runtime.memcpy2DAsync(dst_ptr, dst_pitch, src_ptr, src_pitch, width, lines, runtime.memcpyDeviceToDevice,
+                          cupy.cuda.get_current_stream().ptr)
 
 
 def chained():
@@ -83,6 +108,10 @@ def chained():
     print(f"GEMM launch by value (programmatic): {ready.by_value}")
 
     def by_memcpy():
+        memcpy_2d(staged.data.ptr, ld * 2, x.data.ptr, n * 2, n * 2, k)
+        plan.launch(ready)
+
+    def by_copy_lines():
         copy_lines(staged.data.ptr, ld * 2, x.data.ptr, n * 2, n * 2, k)
         plan.launch(ready)
 
@@ -95,7 +124,8 @@ def chained():
         plan.launch(ready)
 
     print("GPU us per staged call (copy + GEMM, 50 back to back behind a spin kernel):")
-    for name, fn in (("memcpy2DAsync + GEMM", by_memcpy), ("copy kernel + GEMM", by_kernel), ("GEMM alone", gemm_alone)):
+    for name, fn in (("memcpy2DAsync + GEMM", by_memcpy), ("copy_lines + GEMM", by_copy_lines),
+                     ("CuPy kernel + GEMM", by_kernel), ("GEMM alone", gemm_alone)):
         times = []
         for _ in range(5):
             spin((1,), (1,), (cupy.int64(int(20.0 * rate)),))

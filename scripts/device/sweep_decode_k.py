@@ -52,31 +52,40 @@ def problem_for(dtype, m, n, k, alpha=1.0):
     return problem if alpha == 1.0 else dataclasses.replace(problem, epilogue=Epilogue(alpha=alpha))
 
 
-def candidates(dtype, round_=1):
+def candidates(dtype, tiles, shapes):
+    """({shape: the library's choice}, the tiles tried beside it). tiles: (threadblock,
+    cluster[, schedule]) each, ping-pong where no schedule is named."""
     out, layout_b, align_b, align_c = KINDS[dtype]
     family = catalog.load(catalog.for_element("sm90", dtype))
-    base = [family.config((tb, (4, 1, 1), 0, cluster, PP, "persistent"), dtype, out, layout_b, align_b, align_c,
-                          reads_c=False) for tb, cluster in ROUNDS[round_][dtype]]
-    chosen = {shape: resolve(problem_for(dtype, *shape), None)[0] for shape in SHAPES}
+    base = [family.config((tile[0], (4, 1, 1), 0, tile[1], tile[2] if len(tile) > 2 else PP, "persistent"), dtype,
+                          out, layout_b, align_b, align_c, reads_c=False) for tile in tiles]
+    chosen = {shape: resolve(problem_for(dtype, *shape), None)[0] for shape in shapes}
     return chosen, base
 
 
 def label(config):
     tb = "x".join(map(str, config.threadblock))
-    return f"{tb:10} c{config.cluster[0]}x{config.cluster[1]}"
+    return f"{tb:10} c{config.cluster[0]}x{config.cluster[1]} {config.schedule[:4]}"
 
 
-def sweep(dtype, rng, round_):
-    chosen, base = candidates(dtype, round_)
+def sweep(dtype, rng, tiles, shapes, flops=False):
+    """Each shape: peers, the library's choice (*) and `tiles`, timed and checked, one line.
+    The rate printed: the weight's bytes per second, or (flops) TFLOP/s as 2mnk."""
+    chosen, base = candidates(dtype, tiles, shapes)
     out = KINDS[dtype][0]
     item = dtypes.numpy_dtype(dtype).itemsize
-    for shape in SHAPES:
+    for shape in shapes:
         m, n, k = shape
         sw, x, ref, alpha, peers = operands(dtype, m, n, k, rng)
         nbytes = m * k // 2 * item + m * k // 8     # values and metadata of the sparse weight
+
+        def rate(ms):
+            return f"{2.0 * m * n * k / ms / 1e9:5.0f}TF/s" if flops else f"{nbytes / ms / 1e9:5.2f}TB/s"
+
         line = [f"{dtype} {m}x{n}x{k}"]
         for name, run in peers.items():
-            line.append(f"{name} {reference.kernel_median_ms(run) * 1e3:5.1f}us")
+            ms = reference.kernel_median_ms(run)
+            line.append(f"{name} {ms * 1e3:5.1f}us" + (f" {rate(ms)}" if flops else ""))
         d = cupy.empty((m, n), dtype=dtypes.numpy_dtype(out))
         for config in [chosen[shape]] + base:
             try:
@@ -90,7 +99,7 @@ def sweep(dtype, rng, round_):
                 ok, what = check(as_float32(d, dtype), ref, dtype)
                 ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, x.data.ptr, d.data.ptr))
                 tag = "*" if config is chosen[shape] else " "
-                line.append(f"| {tag}{label(config)} {ms * 1e3:5.1f}us {nbytes / ms / 1e9:5.2f}TB/s"
+                line.append(f"| {tag}{label(config)} {ms * 1e3:5.1f}us {rate(ms)}"
                             f"{'' if ok else ' FAIL ' + what}")
             except Exception as exc:   # noqa: BLE001 - a sweep reports and goes on
                 line.append(f"| {label(config)}: {type(exc).__name__}: {str(exc)[:160]}")
@@ -104,16 +113,21 @@ def main():
     parser.add_argument("--compile-only", action="store_true", help="compile the candidates and stop")
     parser.add_argument("--jobs", type=int, default=16)
     args = parser.parse_args()
+    run_sweep(args.dtype, {d: ROUNDS[args.round][d] for d in args.dtype}, SHAPES, args.jobs, args.compile_only)
+
+
+def run_sweep(dtypes_, tiles, shapes, jobs, compile_only, flops=False):
+    """Compile every dtype's candidates (tiles[dtype]) and the library's choices, then sweep."""
     items = []
-    for dtype in args.dtype:
-        chosen, base = candidates(dtype, args.round)
+    for dtype in dtypes_:
+        chosen, base = candidates(dtype, tiles[dtype], shapes)
         items += [(c, "sm_90a") for c in {*chosen.values(), *base}]
-    compile_candidates(items, args.jobs)
-    if args.compile_only:
+    compile_candidates(items, jobs)
+    if compile_only:
         return
     rng = cupy.random.default_rng(0)
-    for dtype in args.dtype:
-        sweep(dtype, rng, args.round)
+    for dtype in dtypes_:
+        sweep(dtype, rng, tiles[dtype], shapes, flops)
 
 
 if __name__ == "__main__":
