@@ -57,19 +57,25 @@ class _LineCopier:
         self._entries = {unit: pdl.Entry(loaded.function(device_id, config.entry(unit)), (compiled.threads, 1, 1), 0)
                          for unit in config.UNITS}
         self._threads = compiled.threads
-        self._pack = LINE_COPY.packer.pack
+        self._pack_into, self._size = LINE_COPY.packer.pack_into, LINE_COPY.packer.size
         self._kernel_params = pdl.kernel_params
+        self._scratch = threading.local()   # each thread's block and kernelParams (the driver copies them)
+
+    def _block(self):
+        block = ctypes.create_string_buffer(self._size)
+        params = self._kernel_params(block)
+        self._scratch.made = found = (block, ctypes.addressof(params), params)
+        return found
 
     def __call__(self, dst_ptr, dst_pitch, src_ptr, src_pitch, width, lines, stream) -> None:
         # the widest access (up to 16 bytes) that divides both addresses, the width and,
         # where there is more than one line, both pitches
         bits = dst_ptr | src_ptr | width | 16 | ((dst_pitch | src_pitch) if lines > 1 else 0)
-        unit = bits & -bits
-        units = width // unit * lines
-        block = ctypes.create_string_buffer(self._pack(dst_ptr, src_ptr, dst_pitch, src_pitch, width, lines))
-        params = self._kernel_params(block)
-        grid = (min(-(-units // self._threads), MAX_BLOCKS), 1, 1)
-        self._entries[unit](grid, ctypes.addressof(params), stream, True)
+        block, params_address, _ = getattr(self._scratch, "made", None) or self._block()
+        self._pack_into(block, 0, dst_ptr, src_ptr, dst_pitch, src_pitch, width, lines)
+        chunks = -(-width // 16) * lines   # a thread moves 16 bytes of a line
+        grid = (min(-(-chunks // self._threads), MAX_BLOCKS), 1, 1)
+        self._entries[bits & -bits](grid, params_address, stream, True)
 
 
 _copiers: dict[int, _LineCopier | None] = {}
