@@ -196,7 +196,7 @@ class Plan:
             return
         key = (x_ptr, out_ptr)
         ready = self._readies.get(key)
-        if ready is None:   # a new pointer pair: the family plan builds (or finds) its Params
+        if ready is None or not ready.by_value:   # new pointers (or Params on their way to the host, Sm90Plan.ready)
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
             ready = self.family_plan.ready(self.sw, (x_ptr, c_ptr, out_ptr), None, stream)
             if len(self._readies) >= 64:

@@ -193,12 +193,24 @@ class Sm90Plan:
 
     def ready(self, sw, pointers: tuple[int, int, int], workspace=None, stream=None, scales=NO_VECTORS) -> Ready:
         """The built launch for sw and (b, c, d) pointers: kept, else built now (one setup
-        launch). scales: a scaled kernel's float32 vectors (NO_VECTORS)."""
+        launch). scales: a scaled kernel's float32 vectors (NO_VECTORS). A launch kept with
+        Params in the setup's device buffer gives way to one with Params by value once
+        their host copy has arrived: the same pointers again (a plan, a benchmark, a
+        weight applied to the same buffers) must not stay on the slower launch that reads
+        Params from global memory and cannot start programmatically (2-10% at 512 tokens
+        on the H100, docs/sweep_pingpong_round2_h100.log)."""
         key = (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers,
                0 if workspace is None else workspace.data.ptr, *scales)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
-        if ready is not None:
+        if ready is not None and (ready.by_value or ready.workspace is not None or workspace is not None):
             return ready
+        if ready is not None:   # Params the setup built on the device: by value once their copy has arrived
+            by_value = self._from_host(key[:5], scales, stream)
+            if by_value is None:
+                return ready
+            with self._lock:
+                self._readies[key] = by_value
+            return by_value
         ready = self._from_host(key[:5], scales, stream) if workspace is None else None
         if ready is None:
             ready = self._build(key[:5], workspace, stream, scales)

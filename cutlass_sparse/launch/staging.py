@@ -73,9 +73,12 @@ class _LineCopier:
         bits = dst_ptr | src_ptr | width | 16 | ((dst_pitch | src_pitch) if lines > 1 else 0)
         block, params_address, _ = getattr(self._scratch, "made", None) or self._block()
         self._pack_into(block, 0, dst_ptr, src_ptr, dst_pitch, src_pitch, width, lines)
-        chunks = -(-width // 16) * lines   # a thread moves 16 bytes of a line
-        grid = (min(-(-chunks // self._threads), MAX_BLOCKS), 1, 1)
-        self._entries[bits & -bits](grid, params_address, stream, True)
+        unit = bits & -bits
+        units = width // unit * lines
+        # a thread a unit up to MAX_BLOCKS (a small copy's latency is one round), then
+        # rounds of emit.line_copy.PER_THREAD units a thread
+        grid = (min(-(-units // self._threads), MAX_BLOCKS), 1, 1)
+        self._entries[unit](grid, params_address, stream, True)
 
 
 _copiers: dict[int, _LineCopier | None] = {}
