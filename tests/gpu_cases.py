@@ -247,6 +247,8 @@ def quantized_problems(sm_count: int = 132, bench: bool = False, element: str = 
         cases += [((256, 64, 512), "s8", "identity"), ((128, 8, 64), "bf16", "identity"),
                   ((256, 64, 512), "bf16", "silu")]
     cases += [((256, 16, 224), "bf16", "identity")]   # test_gpu_fp8's K = 200, padded to 224
+    if element == "e4m3":   # test_gpu_fp8's [2, 3, K] activations
+        cases += [((256, 6, 512), "bf16", "identity")]
     if bench:
         cases += [(shape, OUT[element], "identity") for shape in FP8_SHAPES + LLM_SHAPES]
     problems = [dataclasses.replace(
@@ -284,6 +286,9 @@ def linear_problems(sm_count: int = 132):
     with a bias (a C with the bias folded in) and without."""
     problems = [linear_problem(192, 40, 256, "silu", sm_count)] + [
         linear_problem(256, 7, 512, "relu", sm_count, element) for element in DTYPES]
+    # test_gpu_torch's [..., K] x: 10, 3 and 1 tokens, plain and with a bias and relu
+    problems += [linear_problem(256, n, 512, activation, sm_count) for n in (10, 3, 1) for activation in ("identity",
+                                                                                                       "relu")]
     return problems + [p.with_bias() for p in problems]
 
 

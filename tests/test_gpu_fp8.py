@@ -256,3 +256,22 @@ def test_e5m2_torch_tensors_are_read_as_e5m2():
     assert reference.relative_error(cupy.from_dlpack(y.float()), ref) <= TOLERANCE["bf16"]
     with pytest.raises(TypeError, match="holds e5m2 values, but x_element is 'e4m3'"):
         cs.linear_fp8(xq, x_scales, sw, x_element="e4m3")
+
+
+def test_leading_dimensions_of_quantized_activations():
+    """x [batch, tokens, K] through quantize_activations_fp8 and linear_fp8 (scales
+    [batch, tokens], out [batch, tokens, features]) as the same call on [batch*tokens, K]."""
+    import cupy
+
+    m, k = 256, 512
+    sw = cs.quantize_fp8(weight(m, k, seed=9))
+    x = cupy.random.default_rng(9).standard_normal((2, 3, k), dtype=cupy.float32).astype(cupy.float16)
+    xq, x_scales = cs.quantize_activations_fp8(x)
+    assert xq.shape == (2, 3, k) and x_scales.shape == (2, 3)
+    flat = cs.linear_fp8(xq.reshape(6, k), x_scales.reshape(6), sw)
+    y = cs.linear_fp8(xq, x_scales, sw)
+    assert y.shape == (2, 3, m) and bool((y.reshape(6, m) == flat).all())
+    out = cupy.empty((2, 3, m), dtype=flat.dtype)
+    assert cs.linear_fp8(xq, x_scales, sw, out=out) is out and bool((out.reshape(6, m) == flat).all())
+    with pytest.raises(ValueError, match=r"x_scales must be \[2, 3\]"):
+        cs.linear_fp8(xq, x_scales.reshape(6), sw)

@@ -131,3 +131,28 @@ def test_a_plan_serves_torch_operands_it_cannot_launch_directly(family):
     assert p.direct   # what the refusal below is about: a direct plan serves its own x's shape only
     with pytest.raises(ValueError, match="make another plan"):
         p(torch.randn(512, 40, device="cuda", generator=g).half(), out=out)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("lead", [(2, 5), (3,), ()], ids=["batch-tokens", "tokens", "one-token"])
+def test_linear_takes_leading_dimensions_as_nn_linear_does(family, lead):
+    """x [..., K] (a batch of sequences, one token [K]) gives [..., features], torch and
+    CuPy alike, eager-path hits included (the second call), checked against dense."""
+    import cupy
+
+    family_ok(family)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    w = cs.prune_2to4(torch.randn(256, 512, device="cuda", generator=g).half())
+    sw = cs.compress(w, layout=family)
+    x = torch.randn(*lead, 512, device="cuda", generator=g).half()
+    bias = torch.randn(256, device="cuda", generator=g).half()
+    ref = torch.nn.functional.linear(x.float(), w.float())
+    for _ in range(2):
+        y = cs.linear(x, sw)
+        assert isinstance(y, torch.Tensor) and tuple(y.shape) == (*lead, 256)
+        assert relative_error(y, ref) < 2e-2
+    z = cs.linear(x, sw, bias=bias, activation="relu")
+    assert relative_error(z, torch.relu(ref + bias.float())) < 2e-2
+    y_cupy = cs.linear(cupy.from_dlpack(x), sw)
+    assert isinstance(y_cupy, cupy.ndarray) and y_cupy.shape == (*lead, 256)
+    assert relative_error(torch.from_dlpack(y_cupy), ref) < 2e-2

@@ -12,7 +12,7 @@ from ..formats.matrices import SparseBatch, SparseMatrix
 from ..launch import graphs
 from ..plan import plans, stand_in
 from ..profiler import tune as profiler
-from . import batched, eager, operands
+from . import batched, eager, operands, tokens
 from .interop import is_torch, torch_io
 
 
@@ -245,7 +245,9 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
 def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **options):
     """A Linear layer with a 2:4 sparse weight: activation(x @ w.T + bias).
 
-    x: [tokens, K] device array; sw: the compressed weight [features, K]; bias: [features].
+    x: [tokens, K] device array, or [..., K] with any leading dimensions as torch.nn.Linear
+    takes it (folded into tokens; the result is [..., features]); sw: the compressed weight
+    [features, K]; bias: [features].
     Computed as w @ x.T, which reads x in place (x.T is column-major). The result is the
     transpose of the [features, tokens] D, a [tokens, features] view with no copy:
     Fortran-ordered where D is row-major, contiguous where the sm90 family writes D
@@ -255,6 +257,13 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
     """
     if not isinstance(sw, SparseMatrix):
         raise TypeError(f"sw must be a cutlass_sparse.SparseMatrix (one weight), got {type(sw).__name__}")
+    if getattr(x, "ndim", 2) != 2:   # [..., K]: leading dimensions folded into tokens (api.tokens)
+        x, lead = tokens.folded(x)
+        if lead is not None:
+            if "out" in options:
+                raise ValueError("out= (matmul's [features, tokens] D) takes a 2-D x only; x is "
+                                 f"{[*lead, x.shape[-1]]}")
+            return tokens.unfolded(linear(x, sw, bias, activation, **options), lead)
     if bias is None and is_torch(x) and type(activation) is str and "out" not in options and \
             (not options or _fast_options(options)):
         done = eager.torch_linear(x, sw, _options(dict(options, activation=activation)) if options

@@ -34,7 +34,7 @@ from ..formats.patterns import LAYOUT_SM90
 from ..formats.quantize import LARGEST, quantize
 from ..launch import device, graphs, sm90_compress, torch_memory
 from ..plan import plans
-from . import operands
+from . import operands, tokens
 from .interop import is_torch, to_array, torch_dtype, torch_stream
 
 # What each 8-bit type may write; the first is the default.
@@ -114,7 +114,12 @@ def quantize_weight(w, element: str) -> SparseMatrix:
 def quantize_activations(x, element: str):
     """(8-bit values [tokens, K], float32 scales [tokens]) of activations x [tokens, K]: one
     scale per token, its largest magnitude onto the type's largest value. torch tensors
-    stay on the GPU (torch's cast) and come back as torch tensors."""
+    stay on the GPU (torch's cast) and come back as torch tensors. x [..., K] (any leading
+    dimensions) gives values [..., K] and scales [...]."""
+    folded, lead = tokens.folded(x)
+    if lead is not None:
+        values, scales = quantize_activations(folded, element)
+        return tokens.unfolded(values, lead), scales.reshape(lead)
     if is_torch(x):
         import torch
 
@@ -161,7 +166,8 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
     out_dtype, one launch; an int32 out_dtype is the raw xq @ wq.T (no scales, no bias,
     x_scales may be None).
 
-    xq: 8-bit [tokens, K] of sw's type, or e5m2 beside an e4m3 weight (row-major is read in
+    xq: 8-bit [tokens, K] of sw's type (or [..., K], any leading dimensions, folded into
+    tokens: x_scales, out and the result then have them too), or e5m2 beside an e4m3 weight (row-major is read in
     place; another view is copied once; uint8 bytes are read as x_element, default sw's
     type); x_scales: float32 [tokens], or one number for the whole tensor (folded into the
     epilogue's scalar); bias: [features] (float32 is read in place, another float type is
@@ -173,6 +179,12 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
     the kernel's name."""
     import cupy
 
+    xq, lead = tokens.folded(xq)
+    if lead is not None:   # [..., K]: leading dimensions folded into tokens
+        y = linear_quantized(xq, tokens.folded_scales(x_scales, lead), sw, bias=bias, activation=activation,
+                             out_dtype=out_dtype, out_scale=out_scale, out=tokens.folded_out(out, lead), info=info,
+                             x_element=x_element)
+        return out if out is not None else tokens.unfolded(y, lead)
     element = getattr(sw, "element", None)
     if not isinstance(sw, SparseMatrix) or element not in OUT_DTYPES or sw.scales is None:
         raise TypeError("sw must be a quantized SparseMatrix from cs.quantize_fp8 or cs.quantize_int8")
