@@ -114,18 +114,27 @@ def test_only_launches_with_params_by_value_start_early():
 
 
 def test_repeated_pointers_move_to_params_by_value():
-    """A plan called again on the same buffers leaves the launch whose Params its first
-    call's setup wrote on the device for Params by value once their host copy has arrived
-    (only those may launch programmatically); the results stay the dense ones."""
+    """The same pointers again leave the launch whose Params the first call's setup wrote
+    on the device for Params by value once their host copy has arrived (only those may
+    launch programmatically); both launches give the dense result. The shape is this
+    test's own, so no earlier call has brought its Params to the host."""
     import cupy
 
+    from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.plan import plans
+
     _sm90_or_skip()
-    (w_up, w_down), x, h, y, step = _chain(64)
-    for _ in range(3):
-        step()
+    w, sw, x = random_operands(512, 72, 256, "f16", "row", seed=34, family="sm90")
+    plan = plans.get(Problem.contiguous("sm90", 512, 72, 256))
+    d = cupy.empty((512, 72), dtype=cupy.float16)
+    pointers = (x.data.ptr, d.data.ptr, d.data.ptr)
+    first = plan.ready(sw, pointers)
+    assert not first.by_value
+    plan.launch(first)
     cupy.cuda.Device().synchronize()
-    up, down = (cell.cell_contents for cell in step.__closure__ if hasattr(cell.cell_contents, "family_plan"))
-    for planned, x_ptr, out_ptr in ((up, x.data.ptr, h.data.ptr), (down, h.data.ptr, y.data.ptr)):
-        assert planned._readies[(x_ptr, out_ptr)].by_value
-    assert_close(h, expect(w_up, x, activation="relu"), "f16")
-    assert_close(y, expect(w_down, h), "f16")
+    assert_close(d, expect(w, x), "f16")
+    again = plan.ready(sw, pointers)
+    assert again.by_value and plan.ready(sw, pointers) is again
+    d.fill(0)
+    plan.launch(again)
+    assert_close(d, expect(w, x), "f16")
