@@ -21,7 +21,7 @@ import ctypes
 import itertools
 import struct
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from ..build import kernels
@@ -136,6 +136,7 @@ class Sm90Plan:
         self._gemm = self._setup = self._prepared_value = self._placeholder = None
         # host copies of Params by which pointers are null (_from_host), and those on their way
         self._host_params: dict[tuple, sm90_params.HostParams] = {}
+        self._retired = deque(maxlen=PARAMS_PER_PLAN)   # setup buffers of launches that gave way (ready)
         self._templates: dict[tuple, sm90_params.Template] = {}
 
     @property
@@ -210,6 +211,8 @@ class Sm90Plan:
                 return ready
             with self._lock:
                 self._readies[key] = by_value
+                # the setup's buffer stays held a while: a launch on another stream may still read it
+                self._retired.append(ready.params)
             return by_value
         ready = self._from_host(key[:5], scales, stream) if workspace is None else None
         if ready is None:
