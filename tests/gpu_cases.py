@@ -286,9 +286,9 @@ def linear_problems(sm_count: int = 132):
     with a bias (a C with the bias folded in) and without."""
     problems = [linear_problem(192, 40, 256, "silu", sm_count)] + [
         linear_problem(256, 7, 512, "relu", sm_count, element) for element in DTYPES]
-    # test_gpu_torch's [..., K] x: 10, 3 and 1 tokens, plain and with a bias and relu
-    problems += [linear_problem(256, n, 512, activation, sm_count) for n in (10, 3, 1) for activation in ("identity",
-                                                                                                       "relu")]
+    # test_gpu_torch's [..., K] x: 10, 12 and 1 tokens, plain and with a bias and relu
+    problems += [linear_problem(256, n, 512, activation, sm_count) for n in (10, 12, 1)
+                 for activation in ("identity", "relu")]
     return problems + [p.with_bias() for p in problems]
 
 

@@ -109,9 +109,13 @@ def test_staging_copy_kernel_moves_exactly_the_lines(unit_of):
             d0, s0 = unit_of + line * dst_pitch, unit_of + line * src_pitch
             expect[d0:d0 + width] = src[s0:s0 + width]
         assert bool((dst == expect).all()), (lines, width, src_pitch, dst_pitch)
-        if lines > 1:   # the 2-D memcpy fallback: same bytes
+        # the 2-D memcpy fallback (no copy kernel for the device): the same bytes
+        device_id = cupy.cuda.runtime.getDevice()
+        kept = staging._copiers[device_id]
+        staging._copiers[device_id] = None
+        try:
             again = cupy.full_like(dst, 7)
-            cupy.cuda.runtime.memcpy2DAsync(again.data.ptr + unit_of, dst_pitch, src.data.ptr + unit_of, src_pitch,
-                                            width, lines, cupy.cuda.runtime.memcpyDeviceToDevice,
-                                            cupy.cuda.get_current_stream().ptr)
-            assert bool((again == dst).all())
+            staging.copy_lines(again.data.ptr + unit_of, dst_pitch, src.data.ptr + unit_of, src_pitch, width, lines)
+        finally:
+            staging._copiers[device_id] = kept
+        assert bool((again == dst).all())

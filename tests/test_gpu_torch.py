@@ -134,11 +134,13 @@ def test_a_plan_serves_torch_operands_it_cannot_launch_directly(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("lead", [(2, 5), (3,), ()], ids=["batch-tokens", "tokens", "one-token"])
+@pytest.mark.parametrize("lead", [(2, 5), (4, 1, 3), ()], ids=["batch-seq", "three-leading", "one-token"])
 def test_linear_takes_leading_dimensions_as_nn_linear_does(family, lead):
     """x [..., K] (a batch of sequences, one token [K]) gives [..., features], torch and
-    CuPy alike, eager-path hits included (the second call), checked against dense."""
+    CuPy alike, checked against dense; the second call is an eager-path hit (sm90)."""
     import cupy
+
+    from cutlass_sparse.api import eager, matmul as api_matmul
 
     family_ok(family)
     g = torch.Generator(device="cuda").manual_seed(5)
@@ -151,6 +153,9 @@ def test_linear_takes_leading_dimensions_as_nn_linear_does(family, lead):
         y = cs.linear(x, sw)
         assert isinstance(y, torch.Tensor) and tuple(y.shape) == (*lead, 256)
         assert relative_error(y, ref) < 2e-2
+    if family == "sm90":   # the folded call's key is remembered: the next call is one lookup
+        found = eager.linear_key(x.reshape(-1, 512), sw, api_matmul._DEFAULT_OPTIONS)
+        assert found is not None and eager.lookup(found[0]) is not None
     z = cs.linear(x, sw, bias=bias, activation="relu")
     assert relative_error(z, torch.relu(ref + bias.float())) < 2e-2
     y_cupy = cs.linear(cupy.from_dlpack(x), sw)

@@ -19,9 +19,10 @@ def test_fold_and_unfold_are_views_that_keep_the_rows(shape):
     back = tokens.unfolded(y, lead)
     assert back.shape == (shape if lead is not None else y.shape)
     np.testing.assert_array_equal(back, x * 2)
-    # a transposed (Fortran-ordered) result, as cs.linear returns, unfolds without a copy
-    yt = np.asfortranarray(y)
-    assert np.shares_memory(tokens.unfolded(yt, lead), yt)
+    if lead is not None:   # a transposed (Fortran-ordered) result, as cs.linear returns, unfolds without a copy
+        yt = np.asfortranarray(y)
+        unfolded = tokens.unfolded(yt, lead)
+        assert unfolded.shape == shape[:-1] + (8,) and np.shares_memory(unfolded, yt)
 
 
 def test_scales_and_out_must_match_the_leading_dimensions():
@@ -29,6 +30,7 @@ def test_scales_and_out_must_match_the_leading_dimensions():
     assert tokens.folded_scales(np.ones((2, 3), np.float32), lead).shape == (6,)
     assert tokens.folded_scales(np.ones((2, 3, 1), np.float32), lead).shape == (6,)
     assert tokens.folded_scales(0.5, lead) == 0.5
+    assert tokens.folded_scales(np.float32(0.5), lead) == np.float32(0.5)   # one scale for the whole tensor
     with pytest.raises(ValueError, match=r"x_scales must be \[2, 3\]"):
         tokens.folded_scales(np.ones(5, np.float32), lead)
     out = np.empty((2, 3, 16), np.float32)
@@ -56,3 +58,6 @@ def test_linear_refuses_out_beside_a_batched_x():
                          "sm90")
     with pytest.raises(ValueError, match=r"out= .* takes a 2-D x only"):
         cs.linear(np.zeros((2, 3, 32), np.float16), sw, out=np.zeros((16, 6), np.float16))
+    # out=None is no out: the folded call goes on to the usual checks (here: x in host memory)
+    with pytest.raises(TypeError, match="x is a numpy array in host memory"):
+        cs.linear(np.zeros((2, 3, 32), np.float16), sw, out=None)

@@ -260,7 +260,7 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
     if getattr(x, "ndim", 2) != 2:   # [..., K]: leading dimensions folded into tokens (api.tokens)
         x, lead = tokens.folded(x)
         if lead is not None:
-            if "out" in options:
+            if options.get("out") is not None:
                 raise ValueError("out= (matmul's [features, tokens] D) takes a 2-D x only; x is "
                                  f"{[*lead, x.shape[-1]]}")
             return tokens.unfolded(linear(x, sw, bias, activation, **options), lead)

@@ -196,12 +196,17 @@ class Plan:
             return
         key = (x_ptr, out_ptr)
         ready = self._readies.get(key)
-        if ready is None or not ready.by_value:   # new pointers (or Params on their way to the host, Sm90Plan.ready)
+        if ready is None:   # new pointers: the family plan builds (or finds) their Params
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
             ready = self.family_plan.ready(self.sw, (x_ptr, c_ptr, out_ptr), None, stream)
             if len(self._readies) >= 64:
                 self._readies.clear()
             self._readies[key] = ready
+        elif not ready.by_value and ready.workspace is None:   # by value once its Params' copy has arrived
+            c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
+            family = self.family_plan
+            ready = self._readies[key] = family.by_value(ready, family.ready_key(self.sw, (x_ptr, c_ptr, out_ptr),
+                                                                                 stream), stream=stream)
         self.family_plan.launch(ready, stream)
 
 

@@ -5,6 +5,8 @@ allows it, which a contiguous tensor always does) and unfolded from the result t
 way (splitting the tokens dimension is always a view)."""
 from __future__ import annotations
 
+import numpy as np
+
 
 def folded(x) -> tuple[object, tuple[int, ...] | None]:
     """(x as [tokens, K], its leading shape) for [..., K] x; (x, None) for a 2-D x or
@@ -36,9 +38,9 @@ def folded_out(out, lead: tuple[int, ...] | None, name: str = "out"):
 
 
 def folded_scales(scales, lead: tuple[int, ...] | None, name: str = "x_scales"):
-    """Per-token scales shaped like x's leading dimensions, as [tokens] (a number or None
-    stays as it is)."""
-    if lead is None or scales is None or not hasattr(scales, "shape"):
+    """Per-token scales shaped like x's leading dimensions, as [tokens] (a number, a NumPy
+    scalar or None stays as it is: one scale for the whole tensor)."""
+    if lead is None or scales is None or not hasattr(scales, "shape") or isinstance(scales, np.generic):
         return scales
     if tuple(scales.shape) not in (lead, (*lead, 1)):
         raise ValueError(f"{name} must be [{', '.join(map(str, lead))}] (one per token of x), "

@@ -78,8 +78,9 @@ extern "C" __global__ void __launch_bounds__(${threads}) ${entry}(${arguments_na
 
 def emit(config: LineCopyConfig) -> Emitted:
     layout = arguments.LINE_COPY
-    entries = "".join(substitute(ENTRY, {"threads": THREADS, "entry": config.entry(unit), "unit_type": _UNIT_TYPES[unit],
-                                         "arguments_name": layout.name}) for unit in config.UNITS)
+    entries = "".join(substitute(ENTRY, {"threads": THREADS, "entry": config.entry(unit),
+                                         "unit_type": _UNIT_TYPES[unit], "arguments_name": layout.name})
+                      for unit in config.UNITS)
     source = substitute(TEMPLATE, {"name": config.name, "threads": THREADS, "arguments_struct": layout.cpp(),
                                    "arguments_name": layout.name, "entries": entries, "per_thread": PER_THREAD})
     return Emitted(source, {config.entry(unit): layout.dtype.itemsize for unit in config.UNITS},

@@ -203,17 +203,8 @@ class Sm90Plan:
         key = (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers,
                0 if workspace is None else workspace.data.ptr, *scales)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
-        if ready is not None and (ready.by_value or ready.workspace is not None or workspace is not None):
-            return ready
-        if ready is not None:   # Params the setup built on the device: by value once their copy has arrived
-            by_value = self._from_host(key[:5], scales, stream)
-            if by_value is None:
-                return ready
-            with self._lock:
-                self._readies[key] = by_value
-                # the setup's buffer stays held a while: a launch on another stream may still read it
-                self._retired.append(ready.params)
-            return by_value
+        if ready is not None:
+            return ready if ready.by_value else self.by_value(ready, key, scales, stream)
         ready = self._from_host(key[:5], scales, stream) if workspace is None else None
         if ready is None:
             ready = self._build(key[:5], workspace, stream, scales)
@@ -222,6 +213,27 @@ class Sm90Plan:
             while len(self._readies) > PARAMS_PER_PLAN:
                 self._readies.popitem(last=False)
         return ready
+
+    def by_value(self, ready: Ready, key: tuple, scales=NO_VECTORS, stream=None) -> Ready:
+        """`ready` (a launch of this plan whose Params the setup wrote on the device), or the
+        launch with Params by value that replaces it once their host copy has arrived; never
+        a new setup. key: ready()'s key of its pointers (a, e, b, c, d, workspace, ...).
+        Stream-K launches (a workspace) and Params built during a capture stay as they are."""
+        if ready.by_value or ready.workspace is not None:
+            return ready
+        by_value = self._from_host(key[:5], scales, stream)
+        if by_value is None:
+            return ready
+        with self._lock:
+            if key in self._readies:
+                self._readies[key] = by_value
+            # the setup's buffer stays held a while: a launch on another stream may still read it
+            self._retired.append(ready.params)
+        return by_value
+
+    def ready_key(self, sw, pointers: tuple[int, int, int], stream=None) -> tuple:
+        """ready()'s key for sw and (b, c, d) pointers, no workspace, no scales."""
+        return (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers, 0, *NO_VECTORS)
 
     def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
@@ -246,7 +258,7 @@ class Sm90Plan:
         if self.stage_x:   # rows of N (row-major) or columns of K, in pitch k.x.ld
             lines, width = (p.k, p.n * item) if x_row else (p.n, p.k * item)
             x_buffer = self._staging.get((p.k if x_row else self.n_k) * k.x.ld * item, stream, "x", allocate)
-            copy_lines(x_buffer.data.ptr, k.x.ld * item, x_ptr, p.x.ld * item, width, lines, stream)
+            copy_lines(x_buffer.data.ptr, k.x.ld * item, x_ptr, p.x.ld * item, width, lines, stream, p.device_id)
             x_ptr = x_buffer.data.ptr
         kernel_d = d_ptr
         if self.stage_out and p.out is not None:
@@ -255,7 +267,7 @@ class Sm90Plan:
         self.launch(self.ready(sw, (x_ptr, kernel_d, kernel_d), None, stream, scales), stream)
         if kernel_d != d_ptr:
             lines, width = (p.m, p.n * out_item) if d_row else (p.n, p.m * out_item)
-            copy_lines(d_ptr, p.out.ld * out_item, kernel_d, self.ldd * out_item, width, lines, stream)
+            copy_lines(d_ptr, p.out.ld * out_item, kernel_d, self.ldd * out_item, width, lines, stream, p.device_id)
 
     def launch(self, ready: Ready, stream=None) -> None:
         """The GEMM on `stream` or the current stream (after zeroing its stream-K barriers, if any)."""

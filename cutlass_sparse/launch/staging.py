@@ -25,15 +25,19 @@ MAX_BLOCKS = 528
 
 
 def copy_lines(dst_ptr: int, dst_pitch: int, src_ptr: int, src_pitch: int, width: int, lines: int,
-               stream=None) -> None:
+               stream=None, device_id: int | None = None) -> None:
     """`lines` runs of `width` bytes from src to dst, each pointer advancing by its pitch,
-    on `stream` (a CuPy stream; default the current one)."""
+    on `stream` (a CuPy stream; default the current one) of device `device_id` (default:
+    the current device)."""
     import cupy
 
     stream = stream or cupy.cuda.get_current_stream()
     if width <= 0 or lines <= 0:
         return
-    copier = _copier(cupy.cuda.runtime.getDevice())
+    device_id = cupy.cuda.runtime.getDevice() if device_id is None else device_id
+    copier = _copiers.get(device_id, _UNASKED)
+    if copier is _UNASKED:   # loading a module is no work for a stream capturing a graph
+        copier = None if graphs.capturing(stream.ptr) else _copier(device_id)
     if copier is not None:
         copier(dst_ptr, dst_pitch, src_ptr, src_pitch, width, lines, stream)
         return
@@ -82,6 +86,7 @@ class _LineCopier:
 
 
 _copiers: dict[int, _LineCopier | None] = {}
+_UNASKED = object()
 _copiers_lock = threading.Lock()
 
 
@@ -121,7 +126,7 @@ def stage(array, ld: int, layout: str, n_k: int):
     else:
         buffer = cupy.empty((n_k, ld), dtype=array.dtype)
         view, lines, width, pitch = buffer[:, :rows].T, cols, rows * item, array.strides[1]
-    copy_lines(buffer.data.ptr, ld * item, array.data.ptr, pitch, width, lines)
+    copy_lines(buffer.data.ptr, ld * item, array.data.ptr, pitch, width, lines, device_id=array.device.id)
     return view
 
 
@@ -129,7 +134,8 @@ def copy_rows(dst, src) -> None:
     """dst[...] = src for two row-major [R, C] arrays of one dtype (any leading dimensions)."""
     rows, cols = src.shape
     item = src.dtype.itemsize
-    copy_lines(dst.data.ptr, dst.strides[0], src.data.ptr, src.strides[0], cols * item, rows)
+    copy_lines(dst.data.ptr, dst.strides[0], src.data.ptr, src.strides[0], cols * item, rows,
+               device_id=dst.device.id)
 
 
 class KeptBuffers:
