@@ -208,6 +208,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     swept = planned_configs([any_shape_cases.problem_of(case, sm_count)
                              for family in ("sm80", "sm90") for case in any_shape_cases.cases(family)]
                             + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count)
+                            + vector_bias_problems(sm_count)
                             + quantized_problems(sm_count, bench=True)
                             + quantized_problems(sm_count, bench=True, element="s8")
                             + pdl_problems(sm_count) + graph_problems(sm_count))
@@ -279,6 +280,15 @@ def linear_problem(m, n, k, activation="identity", sm_count=132, element="f16"):
     layout = selection.linear_out_layout(n, dtypes.numpy_dtype(element).itemsize)
     return Problem.contiguous("sm90", m, n, k, element=element, layout_b="col", activation=activation,
                               sm_count=sm_count, out_layout="col" if layout == "col" else None)
+
+
+def vector_bias_problems(sm_count: int = 132):
+    """sm90 cs.matmul calls with a row bias (the scaled epilogue's vector, no C):
+    test_gpu_epilogue_split_k's test_bias and test_gpu_graphs' bias case."""
+    from cutlass_sparse.describe.problem import Problem
+
+    return [Problem.contiguous("sm90", m, n, k, activation="relu", sm_count=sm_count).with_bias()
+            for m, n, k in ((200, 64, 256), (256, 64, 512))]
 
 
 def linear_problems(sm_count: int = 132):

@@ -1,7 +1,7 @@
 """CUDA graphs keep the buffers a captured call allocated for itself (launch.graphs).
 
 Each case captures a call that allocates for itself (a staged x, a padded D copied out,
-a bias folded into C, a split-K workspace, Params built by the setup entry), then drops
+a bias vector, a split-K workspace, Params built by the setup entry), then drops
 the library's plans (what eviction from its bounded caches does), allocates arrays of the
 sizes that call allocated and fills them with a pattern, replays the graph, and checks
 the result against dense and that the pattern is intact. Without the graph keeping its
@@ -102,7 +102,7 @@ def _case(name):
         w, sw, x = random_operands(256, 255, 4096, "f16", "row", seed=71, family="sm90")
         out = cupy.zeros((256, 255), dtype=cupy.float16)
         return lambda: cs.matmul(sw, x, out=out), expect(w, x)
-    if name == "bias":    # the bias folded into a C the call allocates
+    if name == "bias":    # the bias as a float32 vector the call allocates (the scaled epilogue adds it)
         w, sw, x = random_operands(256, 64, 512, "f16", "row", seed=72, family="sm90")
         bias = cupy.random.default_rng(73).standard_normal(256, dtype=cupy.float32).astype(cupy.float16)
         out = cupy.zeros((256, 64), dtype=cupy.float16)

@@ -9,7 +9,7 @@ import pytest
 
 from cutlass_sparse.build import kernels
 from cutlass_sparse.describe import catalog, selection
-from cutlass_sparse.describe.problem import Epilogue, Problem
+from cutlass_sparse.describe.problem import Epilogue, Problem, folded_c
 from cutlass_sparse.emit.registry import emit
 from cutlass_sparse.launch.sm90_choice import resolve
 from cutlass_sparse.plan import plans
@@ -46,16 +46,28 @@ def _problem(bias=False):
     return problem.with_bias() if bias else problem
 
 
+def _with_c(beta=0.5):
+    """The 4096^3 problem reading a C of its own (beta * C)."""
+    return _problem().with_(c=folded_c("row", 4096, 4096), epilogue=Epilogue(beta=beta))
+
+
 def test_problems_without_c_run_kernels_without_c():
     assert not resolve(_problem(), None)[0].reads_c
-    assert resolve(_problem(bias=True), None)[0].reads_c          # a bias folded into C (beta 1)
+    assert resolve(_with_c(), None)[0].reads_c
+    # a row bias rides the scaled epilogue as a float32 vector: no C
+    biased = resolve(_problem(bias=True), None)[0]
+    assert not biased.reads_c and biased.scales == "row_col" and biased.name.endswith("_scaled_noc")
+    # where the scaled epilogue cannot take it (leaky_relu, a column bias, 8-bit's own path), C
+    leaky = _problem().with_(epilogue=Epilogue(activation="leaky_relu")).with_bias()
+    assert resolve(leaky, None)[0].reads_c and leaky.epilogue.scales == "none"
+    assert _problem().with_bias("columns").epilogue.reads_c
     # what warm-up, compile-only runs and the profiler compile is what matmul runs
     chosen = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90")
     assert chosen.as_compiled() == resolve(_problem(), None)[0].as_compiled()
     # a caller's kernel with C still runs a problem without C; one without C gets C where needed
     given = catalog.load("sm90").config(catalog.load("sm90").tiles[0], "f16", "f16", "row", 8, 8)
     assert resolve(_problem(), given)[0].reads_c
-    assert resolve(_problem(bias=True), dataclasses.replace(given, reads_c=False))[0].reads_c
+    assert resolve(_with_c(), dataclasses.replace(given, reads_c=False))[0].reads_c
 
 
 def test_plans_of_one_n_range_keep_c_apart():
@@ -66,7 +78,7 @@ def test_plans_of_one_n_range_keep_c_apart():
     plans.clear()
     with mock.patch.object(kernels, "get", stand_in):
         without_c = plans.make(_problem())
-        with_c = plans.make(_problem(bias=True).with_(epilogue=Epilogue(beta=0.5)))   # beta * C, no bias
+        with_c = plans.make(_with_c())   # beta * C, no bias
     plans.clear()
     assert not without_c.config.reads_c and with_c.config.reads_c
 
@@ -102,6 +114,7 @@ def test_warm_up_lists_have_both_kinds():
 
     sm90 = [c for c, _ in warmup.catalog_items(["sm_90a"]) if hasattr(c, "reads_c")]
     assert sum(not c.reads_c for c in sm90) == sum(c.reads_c for c in sm90) > 0
-    # a preset serves projections with a bias (folded into C) as well as without
+    # a preset serves projections with a bias (the scaled epilogue's vector) as well as without
     problems = presets.problems("llm-4096", "sm_90a", 132, n_max=64)
-    assert any(p.epilogue.reads_c for p in problems) and any(not p.epilogue.reads_c for p in problems)
+    assert any(p.epilogue.scales == "row_col" for p in problems)
+    assert any(p.epilogue.scales == "none" and not p.epilogue.reads_c for p in problems)

@@ -333,7 +333,11 @@ def run(entry: Entry, sw, x, out, bias):
             return run(entry, sw, x, out, bias)
     if bias is None and plan.direct:   # allocates nothing but what it returns
         return plan.run(sw, x, out, None, None)
-    with graphs.Temporaries():   # a staged operand, a folded bias: kept by a graph being captured
+    with graphs.Temporaries():   # a staged operand, a bias: kept by a graph being captured
+        if bias is not None and problem.epilogue.scales != "none":   # the epilogue adds it as a vector
+            p = problem
+            vector = operands.bias_vector(bias, p.m, dtypes.numpy_dtype(p.element_out), p.device_id)
+            return plan.run(sw, x, out, None, None, scales=(0, 0, vector.data.ptr))
         return plan.run(sw, x, out, _bias_c(problem, bias), None)
 
 

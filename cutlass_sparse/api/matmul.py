@@ -161,7 +161,10 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
                     stood_in_for, sw, fast = awaited[0].name, sw80, None    # (not remembered)
                     call = operands.gemm_call(sw, x, family="sm80", out=out, split_k_mode=split_k_mode, **epilogue)
             plan = plans.get(call.problem, config)
-            result = call.finish(plan.run(sw, call.x, call.out, operands.folded_c(call), workspace))
+            vectors = operands.bias_vectors(call)   # a row bias the sm90 epilogue adds by pointer
+            c = operands.folded_c(call)
+            result = call.finish(plan.run(sw, call.x, call.out, c, workspace) if vectors is None
+                                 else plan.run(sw, call.x, call.out, c, workspace, scales=vectors[1]))
     if fast is not None:
         eager.remember(fast, call, x, out, plan)
     if info is not None:

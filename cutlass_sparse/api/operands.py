@@ -12,7 +12,7 @@ from .. import reference
 from ..describe import dtypes
 from ..describe.description import ACTIVATIONS
 from ..describe.problem import Epilogue, Operand, Problem, alignment_class
-from ..describe.problem import folded_c as folded_c_operand
+from ..describe.problem import bias_by_vector, folded_c as folded_c_operand
 from ..formats.matrices import SparseBatch, SparseMatrix
 from ..launch import device
 
@@ -178,6 +178,37 @@ def with_bias(bias, c, beta, m, n, np_out, device_id, layout: str = "row"):
     return _contiguous(summed) if layout == "row" else _fortran(summed)
 
 
+def bias_vector(bias, m: int, np_out, device_id: int):
+    """A row bias ([M] or [M, 1], of the output dtype, as with_bias takes it) as the
+    contiguous float32 [M] vector the sm90 scaled epilogue adds (converted on the current
+    stream where it is not float32 already)."""
+    import cupy
+
+    rows = check_row_bias(bias, m, np_out, device_id).reshape(m)
+    return cupy.ascontiguousarray(rows) if rows.dtype == np.float32 else dtypes.to_float32(rows)
+
+
+def check_row_bias(bias, m: int, np_out, device_id: int):
+    """A row bias as bias_vector takes it: [M] or [M, 1], of the output dtype, on the device."""
+    bias = as_device_array(bias, "bias")
+    check_same_device(bias, "bias", device_id)
+    if bias.dtype != np_out:
+        raise TypeError(f"bias has dtype {bias.dtype}; it must have the output dtype {np_out}")
+    if bias.shape not in ((m,), (m, 1)):
+        raise ValueError(f"bias of shape {bias.shape} must be [{m}] or [{m}, 1] (one per output row)")
+    return bias
+
+
+def bias_vectors(call: GemmCall):
+    """(the float32 bias vector, the scaled epilogue's (row scales, column scales, row
+    bias) pointers) of a call whose bias rides as a vector; None for any other call."""
+    p = call.problem
+    if call.bias is None or p.epilogue.scales == "none":
+        return None
+    vector = bias_vector(call.bias, p.m, dtypes.numpy_dtype(p.element_out), p.device_id)
+    return vector, (0, 0, vector.data.ptr)
+
+
 def check_sparse(sw, family):
     """sw and the family that runs it (default: the one sw was compressed for)."""
     if not isinstance(sw, (SparseMatrix, SparseBatch)):
@@ -218,8 +249,10 @@ def _operand(array, layout: str, ld: int) -> Operand:
 
 
 def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias=None, activation="identity",
-              leaky_slope=0.01, out_dtype=None, split_k=None, split_k_mode=None) -> GemmCall:
-    """Check a 2-D call's operands and describe it as a Problem. x is a device array."""
+              leaky_slope=0.01, out_dtype=None, split_k=None, split_k_mode=None, bias_in_c: bool = False) -> GemmCall:
+    """Check a 2-D call's operands and describe it as a Problem. x is a device array.
+    bias_in_c: fold a bias into C even where it could ride as a vector (cs.plan folds
+    once and launches with C)."""
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D [K, N] (or 3-D [batch, K, N]), got shape {x.shape}")
     if x.dtype != sw.dtype:
@@ -259,22 +292,28 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
     split_k, split_k_mode = check_split_k(split_k, split_k_mode, family)
     if element == "s8":
         check_int8(element_out, activation, split_k, split_k_mode)
-    bias_kind, beta_c = "none", beta
-    if bias is not None:   # folded into a C the library allocates: [M, N], ld N
+    bias_kind, beta_c, scales = "none", beta, "none"
+    if bias is not None:
         bias = as_device_array(bias, "bias")
         bias_kind = "columns" if bias.shape == (1, n) and m != 1 else "rows"
-        c_operand, beta = folded_c_operand(layout_c, m, n), 1.0
+        if bias_kind == "rows" and not bias_in_c and bias_by_vector(
+                family, element, Epilogue(beta=float(beta), activation=activation), split_k):
+            scales = "row_col"   # a float32 vector the epilogue adds: no C (bias_vector)
+            check_row_bias(bias, m, np_out, device_id)
+        else:   # folded into a C the library allocates: [M, N], ld N
+            c_operand, beta = folded_c_operand(layout_c, m, n), 1.0
     x_operand = _operand(x, layout_b, ldb)
     arch, sm_count = device.facts(device_id)
     problem = Problem(family, m, n, k, element, element_out, x_operand, out_operand, c_operand,
-                      Epilogue(float(alpha), float(beta), activation, float(leaky_slope), bias_kind),
+                      Epilogue(float(alpha), float(beta), activation, float(leaky_slope), bias_kind, scales),
                       split_k, split_k_mode, device_id, arch, sm_count)
     return GemmCall(problem, x, out, c, bias, beta_c, out_target)
 
 
 def folded_c(call: GemmCall):
-    """The C a call runs with: the caller's, or the bias broadcast to [M, N] (+ beta * c)."""
-    if call.bias is None:
+    """The C a call runs with: the caller's, or the bias broadcast to [M, N] (+ beta * c);
+    None where the bias rides as a vector (bias_vectors)."""
+    if call.bias is None or call.problem.epilogue.scales != "none":
         return call.c
     p = call.problem
     return with_bias(call.bias, call.c, call.beta_c, p.m, p.n, dtypes.numpy_dtype(p.element_out), p.device_id,

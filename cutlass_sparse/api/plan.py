@@ -52,7 +52,7 @@ class Plan:
         bias = options.pop("bias", None)
         if bias is not None:   # folded once into the plan's own C
             call = operands.gemm_call(sw, x, family=family, bias=bias, beta=beta, c=options.pop("c", None),
-                                      out_dtype=options.get("out_dtype"))
+                                      out_dtype=options.get("out_dtype"), bias_in_c=True)
             with cupy.cuda.Device(x.device.id):
                 self.c_bias = operands.folded_c(call)
             options["c"], options["beta"] = self.c_bias, 1.0

@@ -67,6 +67,15 @@ def x_layout(layout: str, k: int, n: int) -> str:
     return "col" if n == 1 and k > 1 else layout
 
 
+def bias_by_vector(family: str, element: str, epilogue: Epilogue, split_k) -> bool:
+    """Whether a row bias rides the sm90 scaled epilogue as a float32 vector by pointer
+    (a null scale reads as 1), so the kernel has no C: sm90, 16-bit inputs (8-bit ones
+    take their bias that way already), no C of the caller's (beta 0), no K split, and an
+    activation the scaled epilogue has (not leaky_relu). Else the bias is folded into C."""
+    return (family == "sm90" and element in ("f16", "bf16") and epilogue.beta == 0.0 and epilogue.scales == "none"
+            and epilogue.activation != "leaky_relu" and split_k in (None, 1))
+
+
 def folded_c(layout: str, m: int, n: int) -> Operand:
     """The C the library allocates to fold a bias into: [M, N] in D's layout, aligned."""
     return Operand(layout, n if layout == "row" else m, MAX_ALIGN)
@@ -107,8 +116,11 @@ class Problem:
         return new
 
     def with_bias(self, kind: str = "rows") -> "Problem":
-        """This Problem with a bias, as cs.matmul and cs.linear run one: folded into a C of
-        D's layout (beta 1), so the sm90 family runs a kernel with C."""
+        """This Problem with a bias, as cs.matmul and cs.linear run one: a row bias as the
+        sm90 scaled epilogue's vector where bias_by_vector says so (no C), else folded
+        into a C of D's layout (beta 1), so the kernel has C."""
+        if kind == "rows" and bias_by_vector(self.family, self.element, self.epilogue, self.split_k):
+            return self.with_(epilogue=dataclasses.replace(self.epilogue, bias=kind, scales="row_col"))
         layout = "row" if self.out is None else self.out.layout
         return self.with_(c=folded_c(layout, self.m, self.n),
                           epilogue=dataclasses.replace(self.epilogue, beta=1.0, bias=kind))
