@@ -161,3 +161,32 @@ def test_linear_takes_leading_dimensions_as_nn_linear_does(family, lead):
     y_cupy = cs.linear(cupy.from_dlpack(x), sw)
     assert isinstance(y_cupy, cupy.ndarray) and y_cupy.shape == (*lead, 256)
     assert relative_error(torch.from_dlpack(y_cupy), ref) < 2e-2
+
+
+@pytest.mark.parametrize("case", [(256, 7, 512, "relu", torch.float16), (256, 7, 512, "relu", torch.bfloat16),
+                                  (192, 40, 256, "silu", torch.float16)], ids=["f16-7", "bf16-7", "f16-40"])
+def test_a_biased_linear_runs_the_eager_path(case):
+    """cs.linear(x, sw, bias=b) on sm90: the bias rides the epilogue as a float32 vector
+    (no C), and a repeated call is an eager-path hit launched from pointers, with whatever
+    bias tensor it is given (another one at another address, an [M, 1] view)."""
+    from cutlass_sparse.api import eager, matmul as api_matmul
+
+    family_ok("sm90")
+    features, tokens, k, activation, dtype = case
+    g = torch.Generator(device="cuda").manual_seed(11)
+    w = cs.prune_2to4(torch.randn(features, k, device="cuda", generator=g).to(dtype))
+    sw = cs.compress(w, layout="sm90")
+    x = torch.randn(tokens, k, device="cuda", generator=g).to(dtype)
+    act = {"relu": torch.relu, "silu": torch.nn.functional.silu}[activation]
+    info = {}
+    cs.linear(x, sw, bias=torch.zeros(features, device="cuda", dtype=dtype), activation=activation, info=info)
+    assert info["config"].endswith(f"_{activation}_scaled_noc")
+    biases = [torch.randn(features, device="cuda", generator=g).to(dtype) for _ in range(3)]
+    for i, b in enumerate(biases):
+        y = cs.linear(x, sw, bias=b, activation=activation)
+        assert relative_error(y, act(x.float() @ w.float().T + b.float())) < 2e-2, i
+        found = eager.linear_key(x, sw, api_matmul._activation_options(activation), b)
+        assert found is not None and eager.lookup(found[0]) is not None   # the next call is a hit
+    column = biases[0].reshape(features, 1)
+    y = cs.linear(x, sw, bias=column, activation=activation)
+    assert relative_error(y, act(x.float() @ w.float().T + column.float().T)) < 2e-2

@@ -149,6 +149,19 @@ def torch_attrs(tensor):
     return tensor.shape, (s0 * item, s1 * item), dtype, tensor.data_ptr() & 15, tensor.get_device()
 
 
+def torch_bias_attrs(bias):
+    """A torch bias's part of a key ([M] or [M, 1], as _cupy_attrs of a CuPy view of it),
+    None for no bias, False where the fast path does not take it."""
+    if bias is None:
+        return None
+    dtype = interop.numpy_dtype(bias.dtype) if type(bias).__module__.startswith("torch") else None
+    if dtype is None or not bias.is_cuda or bias.dim() not in (1, 2):
+        return False
+    item = dtype.itemsize
+    return (tuple(bias.shape), tuple(s * item for s in bias.stride()), dtype, bias.data_ptr() & 15,
+            bias.get_device())
+
+
 _INT8, _INT32 = np.dtype(np.int8), np.dtype(np.int32)
 
 
@@ -160,13 +173,14 @@ def _allocated_out(m: int, n: int, dtype, device: int, col: bool = False) -> tup
     return (m, n), ((item, m * item) if col else (n * item, item)), out, 0, device
 
 
-def torch_key(sw, x, out, options: tuple) -> tuple | None:
+def torch_key(sw, x, out, options: tuple, bias=None) -> tuple | None:
     """The key of a torch call, equal to key() of CuPy views of its tensors. out=None: the
     key of the row-major D the caller (the torch wrapper) allocates on a hit, which needs
     the default output type (None for another)."""
     head = _head(sw)
     x_attrs = None if head is None else torch_attrs(x)
-    if x_attrs is None:
+    bias_attrs = torch_bias_attrs(bias)
+    if x_attrs is None or bias_attrs is False:
         return None
     if out is not None:
         out_attrs = torch_attrs(out)
@@ -178,7 +192,7 @@ def torch_key(sw, x, out, options: tuple) -> tuple | None:
         out_attrs = None   # the library's own padded D, as a CuPy call without out keys it
     else:
         out_attrs = _allocated_out(head[0][0], x_attrs[0][1], x_attrs[2], x_attrs[4])
-    return (*head, *x_attrs, options, out_attrs, None)
+    return (*head, *x_attrs, options, out_attrs, bias_attrs)
 
 
 def padded_out(layout: str, n: int, item: int) -> bool:
@@ -188,18 +202,19 @@ def padded_out(layout: str, n: int, item: int) -> bool:
     return layout == "sm90" and (n * item) % 16 != 0
 
 
-def linear_key(x, sw, options: tuple) -> tuple[tuple, bool] | None:
+def linear_key(x, sw, options: tuple, bias=None) -> tuple[tuple, bool] | None:
     """(key, D column-major) of cs.linear(x, sw) on a torch [tokens, K] x: the key of the
     matmul linear makes of it (sw @ x.T into the D it allocates, column-major for token
     counts a row-major D cannot take in place); None where linear makes no such call."""
     head = _head(sw)
     x_attrs = None if head is None or head[2] != "sm90" or options[_OUT_DTYPE] is not None else torch_attrs(x)
-    if x_attrs is None:
+    bias_attrs = torch_bias_attrs(bias)
+    if x_attrs is None or bias_attrs is False:
         return None
     (n, k), (s0, s1), dtype, align, device = x_attrs
     col = selection.linear_out_layout(n, dtype.itemsize) == "col"
     return (*head, (k, n), (s1, s0), dtype, align, device, options,
-            _allocated_out(head[0][0], n, dtype, device, col), None), col
+            _allocated_out(head[0][0], n, dtype, device, col), bias_attrs), col
 
 
 def _compact(shape, strides, item) -> str | None:
@@ -341,21 +356,31 @@ def run(entry: Entry, sw, x, out, bias):
         return plan.run(sw, x, out, _bias_c(problem, bias), None)
 
 
-def torch_run(entry: Entry, sw, x, out):
+def takes_torch_bias(entry: Entry, bias) -> bool:
+    """Whether torch_run serves this hit with this bias (None, or a row bias the plan's
+    scaled epilogue adds as a vector, launched directly)."""
+    return bias is None or (entry.plan.direct and entry.problem.epilogue.scales != "none")
+
+
+def torch_run(entry: Entry, sw, x, out, bias=None):
     """A torch call that hit `entry`, on torch's current stream: D into `out` (None: a
     torch [M, N] allocated here). A direct plan launches from the tensors' pointers;
-    others run on CuPy views."""
+    others run on CuPy views. bias: a row bias the plan adds as a float32 vector
+    (takes_torch_bias), converted by torch on its stream."""
     plan, problem = entry.plan, entry.problem
     index = problem.device_id
     if _current_device() != index:
         import cupy
 
         with cupy.cuda.Device(index):
-            return torch_run(entry, sw, x, out)
+            return torch_run(entry, sw, x, out, bias)
     if out is None:
         out = entry.new_out(x.device)
     stream = interop.torch_stream(index)
-    if plan.direct and not problem.epilogue.reads_c:
+    if bias is not None:   # kept until the launch is queued; torch's allocator reuses it in stream order
+        vector = bias.reshape(-1).float().contiguous()
+        plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream, scales=(0, 0, vector.data_ptr()))
+    elif plan.direct and not problem.epilogue.reads_c:
         plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream)
     elif plan.family == "sm90" and not problem.epilogue.reads_c:
         plan.launch_staged(sw, x.data_ptr(), out.data_ptr(), stream, allocate=torch_memory.allocator(index))
@@ -365,16 +390,16 @@ def torch_run(entry: Entry, sw, x, out):
     return out
 
 
-def torch_linear(x, sw, options: tuple):
-    """cs.linear(x, sw) for a torch x whose call (linear_key) was seen before: D
+def torch_linear(x, sw, options: tuple, bias=None):
+    """cs.linear(x, sw, bias) for a torch x whose call (linear_key) was seen before: D
     allocated as linear allocates it, the GEMM launched from pointers; None on a miss."""
-    found = linear_key(x, sw, options)
+    found = linear_key(x, sw, options, bias)
     entry = None if found is None else lookup(found[0])
-    if entry is None or not entry.plan.direct or entry.problem.epilogue.reads_c:
+    if entry is None or not entry.plan.direct or entry.problem.epilogue.reads_c or not takes_torch_bias(entry, bias):
         return None
     col = found[1]
     y = entry.new_out(x.device, transposed=col)   # [tokens, features] (D column-major), else D
-    torch_run(entry, sw, x, y)                    # direct: x.T and D are pointers here
+    torch_run(entry, sw, x, y, bias)              # direct: x.T and D are pointers here
     return y if col else y.T
 
 

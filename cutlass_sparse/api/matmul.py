@@ -57,7 +57,7 @@ def _activation_options(activation) -> tuple:
 
 def _fast_options(kwargs: dict) -> bool:
     """Whether every option is one the eager path takes (others go the full way)."""
-    return all(k in _FAST_OPTIONS or k == "out" or v is None or v is False for k, v in kwargs.items())
+    return all(k in _FAST_OPTIONS or k in ("out", "bias") or v is None or v is False for k, v in kwargs.items())
 
 
 def _torch_fast_path(fn):
@@ -65,13 +65,14 @@ def _torch_fast_path(fn):
     tensors' own attributes and pointers, with no CuPy view made; others go on to `fn`."""
     @functools.wraps(fn)
     def wrapper(sw, x, **kwargs):
-        if not is_torch(x) or (kwargs and not _fast_options(kwargs)):
+        bias = kwargs.get("bias")
+        if not is_torch(x) or (kwargs and not _fast_options(kwargs)) or (bias is not None and not is_torch(bias)):
             return fn(sw, x, **kwargs)
         out = kwargs.get("out")
-        fast = eager.torch_key(sw, x, out, _options(kwargs))
+        fast = eager.torch_key(sw, x, out, _options(kwargs), bias)
         entry = None if fast is None else eager.lookup(fast)
-        if entry is not None:
-            return eager.torch_run(entry, sw, x, out)
+        if entry is not None and eager.takes_torch_bias(entry, bias):
+            return eager.torch_run(entry, sw, x, out, bias)
         if out is None:
             out = _torch_out(sw, x, **kwargs)
             if out is not None:
@@ -267,10 +268,10 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
                 raise ValueError("out= (matmul's [features, tokens] D) takes a 2-D x only; x is "
                                  f"{[*lead, x.shape[-1]]}")
             return tokens.unfolded(linear(x, sw, bias, activation, **options), lead)
-    if bias is None and is_torch(x) and type(activation) is str and "out" not in options and \
-            (not options or _fast_options(options)):
+    if is_torch(x) and (bias is None or is_torch(bias)) and type(activation) is str and "out" not in options \
+            and (not options or _fast_options(options)):
         done = eager.torch_linear(x, sw, _options(dict(options, activation=activation)) if options
-                                  else _activation_options(activation))
+                                  else _activation_options(activation), bias)
         if done is not None:
             return done
     if not is_torch(x):   # a torch x stays one: matmul takes it and gives torch back
