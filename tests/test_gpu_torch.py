@@ -190,3 +190,19 @@ def test_a_biased_linear_runs_the_eager_path(case):
     column = biases[0].reshape(features, 1)
     y = cs.linear(x, sw, bias=column, activation=activation)
     assert relative_error(y, act(x.float() @ w.float().T + column.float().T)) < 2e-2
+
+
+def test_a_kept_bias_vector_follows_in_place_changes():
+    """The eager path keeps a bias's float32 vector per tensor and version: an in-place
+    change to the bias (a new version) is seen by the next call."""
+    family_ok("sm90")
+    g = torch.Generator(device="cuda").manual_seed(12)
+    w = cs.prune_2to4(torch.randn(256, 512, device="cuda", generator=g).half())
+    sw = cs.compress(w, layout="sm90")
+    x = torch.randn(7, 512, device="cuda", generator=g).half()
+    b = torch.randn(256, device="cuda", generator=g).half()
+    for _ in range(3):   # full path, then hits that keep the vector
+        y = cs.linear(x, sw, bias=b, activation="relu")
+    b.mul_(-2.0)
+    y = cs.linear(x, sw, bias=b, activation="relu")
+    assert relative_error(y, torch.relu(x.float() @ w.float().T + b.float())) < 2e-2

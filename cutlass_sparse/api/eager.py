@@ -47,12 +47,24 @@ class Entry:
     """A remembered call: its plan and Problem, D's [M, N] and its torch dtype (found on
     the first torch call that allocates D)."""
 
-    __slots__ = ("plan", "problem", "out_shape", "torch_out", "_empty")
+    __slots__ = ("plan", "problem", "out_shape", "torch_out", "_empty", "_bias")
 
     def __init__(self, plan, problem):
         self.plan, self.problem = plan, problem
         self.out_shape = (problem.m, problem.n)
-        self.torch_out = self._empty = None
+        self.torch_out = self._empty = self._bias = None
+
+    def bias_vector(self, bias, stream_ptr: int):
+        """The float32 [M] vector of a torch row bias, converted on the stream of the call
+        and kept for the next call with the same tensor, at the same version (an in-place
+        change bumps it), on the same stream (where the conversion is ordered before it).
+        The kept tensor is held, so its memory cannot meanwhile be another tensor's."""
+        kept, version = self._bias, bias._version
+        if kept is not None and kept[0] is bias and kept[1] == version and kept[2] == stream_ptr:
+            return kept[3]
+        vector = bias.reshape(-1).float().contiguous()
+        self._bias = (bias, version, stream_ptr, vector)
+        return vector
 
     def new_out(self, device, transposed: bool = False):
         """A torch tensor for D: [M, N] row-major, or (transposed) [N, M], whose .T is D
@@ -377,8 +389,8 @@ def torch_run(entry: Entry, sw, x, out, bias=None):
     if out is None:
         out = entry.new_out(x.device)
     stream = interop.torch_stream(index)
-    if bias is not None:   # kept until the launch is queued; torch's allocator reuses it in stream order
-        vector = bias.reshape(-1).float().contiguous()
+    if bias is not None:
+        vector = entry.bias_vector(bias, stream.ptr)
         plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream, scales=(0, 0, vector.data_ptr()))
     elif plan.direct and not problem.epilogue.reads_c:
         plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream)
