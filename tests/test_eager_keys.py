@@ -7,7 +7,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from cutlass_sparse.api import eager, operands
+from cutlass_sparse.api import eager, eager_keys, operands
 from cutlass_sparse.describe import selection
 from cutlass_sparse.describe.problem import Epilogue, Operand, Problem
 from cutlass_sparse.plan import plans
@@ -50,7 +50,7 @@ def test_same_call_same_key_and_any_change_a_new_one():
 
 @pytest.mark.parametrize("x", [x_row, x_col])
 def test_class_groups_n_by_range_and_alignment(x):
-    klass = lambda n: eager.class_key(fast_key(x(n), out_row(n)))   # noqa: E731
+    klass = lambda n: eager_keys.class_key(fast_key(x(n), out_row(n)))   # noqa: E731
     assert klass(17) == klass(23) != klass(24)      # both unaligned in (16, 32]; 24 is aligned
     assert klass(24) == klass(32) != klass(40)      # (32, 64] is another range
     assert klass(2) == klass(15) != klass(1)        # N = 1 reads as a column: its own class
@@ -58,13 +58,13 @@ def test_class_groups_n_by_range_and_alignment(x):
 
 
 def test_no_class_for_padded_strided_or_biased_calls():
-    assert eager.class_key(fast_key(x_row(20, ld=24), out_row(20))) is None     # padded x
-    assert eager.class_key(fast_key(x_row(20), out_row(20, ld=24))) is None     # padded out
-    assert eager.class_key(fast_key(x_row(20), attrs((M, 20), (4, M * 4)))) is None   # strided out
-    col_out = eager.class_key(fast_key(x_col(20), attrs((M, 20), (2, M * 2))))       # cs.linear's out
-    assert col_out is not None and col_out != eager.class_key(fast_key(x_col(20), out_row(20)))
-    assert eager.class_key(fast_key(x_row(20), attrs((M, 21), (42, 2)))) is None  # out of another N
-    assert eager.class_key(fast_key(x_row(20), out_row(20), bias=attrs((M,), (2,)))) is None
+    assert eager_keys.class_key(fast_key(x_row(20, ld=24), out_row(20))) is None     # padded x
+    assert eager_keys.class_key(fast_key(x_row(20), out_row(20, ld=24))) is None     # padded out
+    assert eager_keys.class_key(fast_key(x_row(20), attrs((M, 20), (4, M * 4)))) is None   # strided out
+    col_out = eager_keys.class_key(fast_key(x_col(20), attrs((M, 20), (2, M * 2))))       # cs.linear's out
+    assert col_out is not None and col_out != eager_keys.class_key(fast_key(x_col(20), out_row(20)))
+    assert eager_keys.class_key(fast_key(x_row(20), attrs((M, 21), (42, 2)))) is None  # out of another N
+    assert eager_keys.class_key(fast_key(x_row(20), out_row(20), bias=attrs((M,), (2,)))) is None
 
 
 def problem_for(x, out, n):
@@ -153,7 +153,7 @@ def torch_sw():
 
     from cutlass_sparse.formats.matrices import SparseMatrix
 
-    with mock.patch.object(eager, "_ndarray", Values):
+    with mock.patch.object(eager_keys, "_ndarray", Values):
         yield torch, SparseMatrix((M, K), F16, Values(), None, "sm90")
 
 
@@ -166,23 +166,25 @@ def test_torch_keys_equal_the_full_paths(torch_sw, n):
     x = CudaLike(torch.zeros(K, n, dtype=torch.float16))
     allocated = CudaLike(torch.zeros(M, n, dtype=torch.float16))
     if n % 8:   # the library's own D, padded to whole 16-byte rows, as a CuPy call without out keys it
-        assert eager.torch_key(sw, x, None, OPTIONS) == fast_key(attrs((K, n), (n * 2, 2)), None)
+        assert eager_keys.torch_key(sw, x, None, OPTIONS) == fast_key(attrs((K, n), (n * 2, 2)), None)
     else:       # the [M, N] torch.empty gives
-        assert eager.torch_key(sw, x, None, OPTIONS) == fast_key(attrs((K, n), (n * 2, 2)), attrs((M, n), (n * 2, 2)))
-    assert eager.torch_key(sw, x, allocated, OPTIONS) == fast_key(attrs((K, n), (n * 2, 2)), attrs((M, n), (n * 2, 2)))
-    assert eager.torch_key(sw, x, None, OPTIONS[:4] + ("f32",) + OPTIONS[5:]) is None   # allocated first
+        assert eager_keys.torch_key(sw, x, None, OPTIONS) == fast_key(attrs((K, n), (n * 2, 2)),
+                                                                       attrs((M, n), (n * 2, 2)))
+    assert eager_keys.torch_key(sw, x, allocated, OPTIONS) == fast_key(attrs((K, n), (n * 2, 2)),
+                                                                       attrs((M, n), (n * 2, 2)))
+    assert eager_keys.torch_key(sw, x, None, OPTIONS[:4] + ("f32",) + OPTIONS[5:]) is None   # allocated first
     tokens = CudaLike(torch.zeros(n, K, dtype=torch.float16), offset=2)
-    key, col = eager.linear_key(tokens, sw, OPTIONS)
+    key, col = eager_keys.linear_key(tokens, sw, OPTIONS)
     assert col == (n % 8 != 0)
     d = CudaLike(torch.zeros(n, M, dtype=torch.float16).T if col else torch.zeros(M, n, dtype=torch.float16))
-    assert key == eager.torch_key(sw, tokens.T, d, OPTIONS)
+    assert key == eager_keys.torch_key(sw, tokens.T, d, OPTIONS)
     assert key[4:9] == ((K, n), (2, K * 2), F16, 2, 0)
 
 
 def test_int8_keys_name_the_int32_output(torch_sw):
     torch, sw = torch_sw
     x = CudaLike(torch.zeros(K, 16, dtype=torch.int8))
-    assert eager.torch_key(sw, x, None, OPTIONS)[eager._OUT] == ((M, 16), (64, 4), np.dtype(np.int32), 0, 0)
+    assert eager_keys.torch_key(sw, x, None, OPTIONS)[eager_keys._OUT] == ((M, 16), (64, 4), np.dtype(np.int32), 0, 0)
 
 
 @pytest.mark.parametrize("x", [x_row, x_col])
@@ -190,4 +192,4 @@ def test_int8_keys_name_the_int32_output(torch_sw):
 def test_ahead_built_plans_are_kept_under_the_keys_their_calls_have(x, out):
     """A range's other N are remembered under the exact key a call with that N makes."""
     for n0, n in ((17, 23), (24, 32), (100, 65), (3, 16)):
-        assert eager._key_for_n(fast_key(x(n0), out(n0)), n) == fast_key(x(n), out(n))
+        assert eager_keys.key_for_n(fast_key(x(n0), out(n0)), n) == fast_key(x(n), out(n))

@@ -140,7 +140,7 @@ def test_linear_takes_leading_dimensions_as_nn_linear_does(family, lead):
     CuPy alike, checked against dense; the second call is an eager-path hit (sm90)."""
     import cupy
 
-    from cutlass_sparse.api import eager, matmul as api_matmul
+    from cutlass_sparse.api import eager, eager_keys, matmul as api_matmul
 
     family_ok(family)
     g = torch.Generator(device="cuda").manual_seed(5)
@@ -154,7 +154,7 @@ def test_linear_takes_leading_dimensions_as_nn_linear_does(family, lead):
         assert isinstance(y, torch.Tensor) and tuple(y.shape) == (*lead, 256)
         assert relative_error(y, ref) < 2e-2
     if family == "sm90":   # the folded call's key is remembered: the next call is one lookup
-        found = eager.linear_key(x.reshape(-1, 512), sw, api_matmul._DEFAULT_OPTIONS)
+        found = eager_keys.linear_key(x.reshape(-1, 512), sw, api_matmul._DEFAULT_OPTIONS)
         assert found is not None and eager.lookup(found[0]) is not None
     z = cs.linear(x, sw, bias=bias, activation="relu")
     assert relative_error(z, torch.relu(ref + bias.float())) < 2e-2
@@ -169,7 +169,7 @@ def test_a_biased_linear_runs_the_eager_path(case):
     """cs.linear(x, sw, bias=b) on sm90: the bias rides the epilogue as a float32 vector
     (no C), and a repeated call is an eager-path hit launched from pointers, with whatever
     bias tensor it is given (another one at another address, an [M, 1] view)."""
-    from cutlass_sparse.api import eager, matmul as api_matmul
+    from cutlass_sparse.api import eager, eager_keys, matmul as api_matmul
 
     family_ok("sm90")
     features, tokens, k, activation, dtype = case
@@ -185,7 +185,7 @@ def test_a_biased_linear_runs_the_eager_path(case):
     for i, b in enumerate(biases):
         y = cs.linear(x, sw, bias=b, activation=activation)
         assert relative_error(y, act(x.float() @ w.float().T + b.float())) < 2e-2, i
-        found = eager.linear_key(x, sw, api_matmul._activation_options(activation), b)
+        found = eager_keys.linear_key(x, sw, api_matmul._activation_options(activation), b)
         assert found is not None and eager.lookup(found[0]) is not None   # the next call is a hit
     column = biases[0].reshape(features, 1)
     y = cs.linear(x, sw, bias=column, activation=activation)

@@ -12,9 +12,10 @@ has the device build Params for the rest of its N range on a side stream
 (Sm90Plan.build_ahead) and remembers their plans under the keys those calls will have,
 so the range's new N are one lookup and launch the GEMM alone.
 
-Only plain calls take it (a 2-D x, a SparseMatrix on the device, no c, bias, workspace,
-info or profiling); a call whose operands the api staged itself (a strided x, an out that
-is not row-major) is never remembered. A new profiler record empties it.
+Only plain calls take it (a 2-D x, a SparseMatrix on the device, no c, workspace, info
+or profiling; a bias only where the kernel adds it as a vector, and then no N class); a
+call whose operands the api staged itself (a strided x, an out that is not row-major) is
+never remembered. A new profiler record empties it. The keys are api.eager_keys'.
 
 torch calls build the same key from the tensors' attributes (no CuPy view): a call that
 went the full path is found by the next one. A torch call without `out` keys the [M, N]
@@ -25,22 +26,16 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
-
 from ..describe import dtypes, selection
 from ..describe.problem import Operand
-from ..formats.matrices import SparseMatrix
 from ..launch import graphs, torch_memory
 from ..plan import plans
 from ..plan import records
 from . import interop, operands
+from .eager_keys import X_SHAPE, class_key, key_for_n, linear_key
 
 MAX_ENTRIES = 8192  # the plans built ahead for a range's N included
 AHEAD = 256         # N values of a range whose Params are built ahead on its first new N
-
-# A key's fields: head (4), x (5: shape, strides, dtype, align, device), options, out, bias.
-_X_SHAPE, _X_STRIDES, _OPTIONS, _OUT, _BIAS = 4, 5, 9, 10, 11
-_OUT_DTYPE = 4     # in options
 
 
 class Entry:
@@ -96,19 +91,11 @@ _classes: dict[tuple, Entry] = {}      # class key -> the entry of its latest ca
 _ahead: set[tuple] = set()             # classes whose range was built ahead
 _lock = threading.Lock()
 _generation = records.generation
-_ndarray = None
 
 
 _get_device = None
 
 
-def _array_type():
-    global _ndarray
-    if _ndarray is None:
-        import cupy
-
-        _ndarray = cupy.ndarray
-    return _ndarray
 
 
 def _current_device() -> int:
@@ -121,140 +108,28 @@ def _current_device() -> int:
     return _get_device()
 
 
-def _head(sw):
-    """The weight's part of a key, or None when the fast path does not take sw."""
-    if type(sw) is not SparseMatrix or type(sw.values) is not _array_type():
-        return None
-    return sw.shape, sw.dtype, sw.layout, sw.values.data.device_id
 
 
-def _cupy_attrs(array):
-    data = array.data
-    return array.shape, array.strides, array.dtype, data.ptr & 15, data.device_id
 
 
-def key(sw, x, out, bias, options: tuple) -> tuple | None:
-    """The fast key of a CuPy call, or None when the fast path does not take it."""
-    head = _head(sw)
-    ndarray = _array_type()
-    if head is None or type(x) is not ndarray:
-        return None
-    found = (*head, *_cupy_attrs(x), options)
-    for array in (out, bias):
-        if array is None:
-            found += (None,)
-        elif type(array) is not ndarray:
-            return None
-        else:
-            found += (_cupy_attrs(array),)
-    return found
 
 
-def torch_attrs(tensor):
-    """(shape, byte strides, NumPy dtype, address mod 16, device) of a 2-D CUDA tensor, as
-    _cupy_attrs of a CuPy view of it, or None."""
-    dtype = interop.numpy_dtype(tensor.dtype)
-    if dtype is None or not tensor.is_cuda or tensor.dim() != 2:
-        return None
-    item = dtype.itemsize
-    s0, s1 = tensor.stride()
-    return tensor.shape, (s0 * item, s1 * item), dtype, tensor.data_ptr() & 15, tensor.get_device()
 
 
-def torch_bias_attrs(bias):
-    """A torch bias's part of a key ([M] or [M, 1], as _cupy_attrs of a CuPy view of it),
-    None for no bias, False where the fast path does not take it."""
-    if bias is None:
-        return None
-    dtype = interop.numpy_dtype(bias.dtype) if type(bias).__module__.startswith("torch") else None
-    if dtype is None or not bias.is_cuda or bias.dim() not in (1, 2):
-        return False
-    item = dtype.itemsize
-    return (tuple(bias.shape), tuple(s * item for s in bias.stride()), dtype, bias.data_ptr() & 15,
-            bias.get_device())
 
 
-_INT8, _INT32 = np.dtype(np.int8), np.dtype(np.int32)
 
 
-def _allocated_out(m: int, n: int, dtype, device: int, col: bool = False) -> tuple:
-    """The key part of a D the library allocates with torch.empty (row-major [M, N], or
-    col: [N, M] seen as its transpose): aligned, as every torch allocation is."""
-    out = _INT32 if dtype is _INT8 else dtype   # the default output type (NumPy's dtypes are singletons)
-    item = out.itemsize
-    return (m, n), ((item, m * item) if col else (n * item, item)), out, 0, device
 
 
-def torch_key(sw, x, out, options: tuple, bias=None) -> tuple | None:
-    """The key of a torch call, equal to key() of CuPy views of its tensors. out=None: the
-    key of the row-major D the caller (the torch wrapper) allocates on a hit, which needs
-    the default output type (None for another)."""
-    head = _head(sw)
-    x_attrs = None if head is None else torch_attrs(x)
-    bias_attrs = torch_bias_attrs(bias)
-    if x_attrs is None or bias_attrs is False:
-        return None
-    if out is not None:
-        out_attrs = torch_attrs(out)
-        if out_attrs is None:
-            return None
-    elif options[_OUT_DTYPE] is not None:
-        return None
-    elif padded_out(head[2], x_attrs[0][1], x_attrs[2].itemsize):
-        out_attrs = None   # the library's own padded D, as a CuPy call without out keys it
-    else:
-        out_attrs = _allocated_out(head[0][0], x_attrs[0][1], x_attrs[2], x_attrs[4])
-    return (*head, *x_attrs, options, out_attrs, bias_attrs)
 
 
-def padded_out(layout: str, n: int, item: int) -> bool:
-    """Whether the [M, N] D the library allocates for a call has a padded leading
-    dimension: sm90 with N not in whole 16-byte vectors of the inputs (the kernel runs N
-    rounded up; launch.sm90). Returned as an [M, N] view: nothing is copied."""
-    return layout == "sm90" and (n * item) % 16 != 0
 
 
-def linear_key(x, sw, options: tuple, bias=None) -> tuple[tuple, bool] | None:
-    """(key, D column-major) of cs.linear(x, sw) on a torch [tokens, K] x: the key of the
-    matmul linear makes of it (sw @ x.T into the D it allocates, column-major for token
-    counts a row-major D cannot take in place); None where linear makes no such call."""
-    head = _head(sw)
-    x_attrs = None if head is None or head[2] != "sm90" or options[_OUT_DTYPE] is not None else torch_attrs(x)
-    bias_attrs = torch_bias_attrs(bias)
-    if x_attrs is None or bias_attrs is False:
-        return None
-    (n, k), (s0, s1), dtype, align, device = x_attrs
-    col = selection.linear_out_layout(n, dtype.itemsize) == "col"
-    return (*head, (k, n), (s1, s0), dtype, align, device, options,
-            _allocated_out(head[0][0], n, dtype, device, col), bias_attrs), col
 
 
-def _compact(shape, strides, item) -> str | None:
-    """'C' for a compact row-major 2-D array, 'F' for compact column-major, else None."""
-    rows, cols = shape
-    if strides == (cols * item, item):
-        return "C"
-    if strides == (item, rows * item):
-        return "F"
-    return None
 
 
-def class_key(fast_key: tuple) -> tuple | None:
-    """The class of a call (see the module docstring): its key without N, or None."""
-    if fast_key[_BIAS] is not None or len(fast_key[_X_SHAPE]) != 2:
-        return None
-    (k, n), item = fast_key[_X_SHAPE], fast_key[6].itemsize
-    x_kind = _compact((k, n), fast_key[_X_STRIDES], item)
-    out = fast_key[_OUT]
-    if out is not None:   # the [M, N] of this call's own N, compact
-        out_kind = _compact(out[0], out[1], out[2].itemsize)
-        if out[0] != (fast_key[0][0], n) or out_kind is None:
-            return None
-        out = (out_kind, *out[2:])
-    if x_kind is None or n == 0:
-        return None
-    return (*fast_key[:4], k, x_kind, *fast_key[6:9], fast_key[_OPTIONS], out,
-            selection.n_range(n), n % 8 == 0, n == 1)
 
 
 def _with_n(problem, n: int):
@@ -270,23 +145,10 @@ def _with_n(problem, n: int):
 
 def _for_n(entry: Entry, fast_key: tuple) -> Entry:
     """The entry for a call of an entry's class with its own N."""
-    problem = _with_n(entry.problem, fast_key[_X_SHAPE][1])
+    problem = _with_n(entry.problem, fast_key[X_SHAPE][1])
     return Entry(plans.get(problem), problem)
 
 
-def _key_for_n(fast_key: tuple, n: int) -> tuple:
-    """The key of a call of fast_key's class with N = n (compact operands, as class_key
-    requires: x's and out's strides follow from N and their layout)."""
-    k, item = fast_key[_X_SHAPE][0], fast_key[6].itemsize
-    x_row = _compact(fast_key[_X_SHAPE], fast_key[_X_STRIDES], item) == "C"
-    key = list(fast_key)
-    key[_X_SHAPE], key[_X_STRIDES] = (k, n), ((n * item, item) if x_row else fast_key[_X_STRIDES])
-    out = fast_key[_OUT]
-    if out is not None:
-        (m, _), strides, dtype = out[:3]
-        row = _compact(out[0], strides, dtype.itemsize) == "C"
-        key[_OUT] = ((m, n), (n * dtype.itemsize, dtype.itemsize) if row else strides, *out[2:])
-    return tuple(key)
 
 
 def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
@@ -305,7 +167,7 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     built = plan.build_ahead(problems)
     for p in problems:
         if p.n in built:
-            _keep(_key_for_n(fast_key, p.n), Entry(built[p.n], p), None)
+            _keep(key_for_n(fast_key, p.n), Entry(built[p.n], p), None)
 
 
 def lookup(fast_key: tuple) -> Entry | None:
@@ -364,7 +226,7 @@ def run(entry: Entry, sw, x, out, bias):
         if bias is not None and problem.epilogue.scales != "none":   # the epilogue adds it as a vector
             p = problem
             vector = operands.bias_vector(bias, p.m, dtypes.numpy_dtype(p.element_out), p.device_id)
-            return plan.run(sw, x, out, None, None, scales=(0, 0, vector.data.ptr))
+            return plan.run(sw, x, out, None, None, scales=operands.row_bias_scales(vector))
         return plan.run(sw, x, out, _bias_c(problem, bias), None)
 
 

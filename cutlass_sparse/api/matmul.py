@@ -12,7 +12,7 @@ from ..formats.matrices import SparseBatch, SparseMatrix
 from ..launch import graphs
 from ..plan import plans, stand_in
 from ..profiler import tune as profiler
-from . import batched, eager, operands, tokens
+from . import batched, eager, eager_keys, operands, tokens
 from .interop import is_torch, torch_io
 
 
@@ -23,8 +23,8 @@ def _torch_out(sw, x, *, out_dtype=None, tokens_major=False, **_):
 
     if not (isinstance(sw, SparseMatrix) and is_torch(x) and x.is_cuda and x.dim() == 2):
         return None
-    if out_dtype is None and not tokens_major and eager.padded_out(sw.layout, x.shape[1], x.element_size()):
-        return None   # the library's padded D, handed over as an [M, N] view (api.eager.padded_out)
+    if out_dtype is None and not tokens_major and eager_keys.padded_out(sw.layout, x.shape[1], x.element_size()):
+        return None   # the library's padded D, handed over as an [M, N] view (api.eager_keys.padded_out)
     if out_dtype is None:
         dtype = torch.int32 if x.dtype == torch.int8 else x.dtype
     else:
@@ -69,7 +69,7 @@ def _torch_fast_path(fn):
         if not is_torch(x) or (kwargs and not _fast_options(kwargs)) or (bias is not None and not is_torch(bias)):
             return fn(sw, x, **kwargs)
         out = kwargs.get("out")
-        fast = eager.torch_key(sw, x, out, _options(kwargs), bias)
+        fast = eager_keys.torch_key(sw, x, out, _options(kwargs), bias)
         entry = None if fast is None else eager.lookup(fast)
         if entry is not None and eager.takes_torch_bias(entry, bias):
             return eager.torch_run(entry, sw, x, out, bias)
@@ -128,8 +128,8 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
 
     fast = None
     if c is None and workspace is None and info is None and not (autotune or force_profile):
-        fast = eager.key(sw, x, out, bias, (alpha, beta, activation, leaky_slope, out_dtype, config, family, split_k,
-                                            split_k_mode))
+        fast = eager_keys.key(sw, x, out, bias, (alpha, beta, activation, leaky_slope, out_dtype, config, family,
+                                                 split_k, split_k_mode))
         entry = None if fast is None else eager.lookup(fast)
         if entry is not None:
             return eager.run(entry, sw, x, out, bias)
@@ -162,10 +162,9 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
                     stood_in_for, sw, fast = awaited[0].name, sw80, None    # (not remembered)
                     call = operands.gemm_call(sw, x, family="sm80", out=out, split_k_mode=split_k_mode, **epilogue)
             plan = plans.get(call.problem, config)
-            vectors = operands.bias_vectors(call)   # a row bias the sm90 epilogue adds by pointer
-            c = operands.folded_c(call)
-            result = call.finish(plan.run(sw, call.x, call.out, c, workspace) if vectors is None
-                                 else plan.run(sw, call.x, call.out, c, workspace, scales=vectors[1]))
+            vector = operands.bias_vector_of(call)   # a row bias the sm90 epilogue adds by pointer
+            scales = {} if vector is None else {"scales": operands.row_bias_scales(vector)}
+            result = call.finish(plan.run(sw, call.x, call.out, operands.folded_c(call), workspace, **scales))
     if fast is not None:
         eager.remember(fast, call, x, out, plan)
     if info is not None:

@@ -199,14 +199,18 @@ def check_row_bias(bias, m: int, np_out, device_id: int):
     return bias
 
 
-def bias_vectors(call: GemmCall):
-    """(the float32 bias vector, the scaled epilogue's (row scales, column scales, row
-    bias) pointers) of a call whose bias rides as a vector; None for any other call."""
+def bias_vector_of(call: GemmCall):
+    """The float32 bias vector of a call whose bias rides as one; None for any other call."""
     p = call.problem
     if call.bias is None or p.epilogue.scales == "none":
         return None
-    vector = bias_vector(call.bias, p.m, dtypes.numpy_dtype(p.element_out), p.device_id)
-    return vector, (0, 0, vector.data.ptr)
+    return bias_vector(call.bias, p.m, dtypes.numpy_dtype(p.element_out), p.device_id)
+
+
+def row_bias_scales(vector) -> tuple[int, int, int]:
+    """The scaled epilogue's (row scales, column scales, row bias) pointers for a bias
+    vector alone (a null scale reads as 1)."""
+    return 0, 0, vector.data.ptr
 
 
 def check_sparse(sw, family):
@@ -312,7 +316,7 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
 
 def folded_c(call: GemmCall):
     """The C a call runs with: the caller's, or the bias broadcast to [M, N] (+ beta * c);
-    None where the bias rides as a vector (bias_vectors)."""
+    None where the bias rides as a vector (bias_vector_of)."""
     if call.bias is None or call.problem.epilogue.scales != "none":
         return call.c
     p = call.problem

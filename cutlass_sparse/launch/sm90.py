@@ -200,8 +200,7 @@ class Sm90Plan:
         weight applied to the same buffers) must not stay on the slower launch that reads
         Params from global memory and cannot start programmatically (2-10% at 512 tokens
         on the H100, docs/sweep_pingpong_round2_h100.log)."""
-        key = (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers,
-               0 if workspace is None else workspace.data.ptr, *scales)
+        key = self.ready_key(sw, pointers, stream, workspace, scales)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
         if ready is not None:
             return ready if ready.by_value else self.by_value(ready, key, scales, stream)
@@ -231,9 +230,11 @@ class Sm90Plan:
             self._retired.append(ready.params)
         return by_value
 
-    def ready_key(self, sw, pointers: tuple[int, int, int], stream=None) -> tuple:
-        """ready()'s key for sw and (b, c, d) pointers, no workspace, no scales."""
-        return (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers, 0, *NO_VECTORS)
+    def ready_key(self, sw, pointers: tuple[int, int, int], stream=None, workspace=None, scales=NO_VECTORS) -> tuple:
+        """What ready() keeps a launch under: sw's arrays, the (b, c, d) pointers, the
+        workspace and the scale vectors."""
+        return (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers,
+                0 if workspace is None else workspace.data.ptr, *scales)
 
     def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`

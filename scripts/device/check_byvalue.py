@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 import cutlass_sparse as cs
-from cutlass_sparse.api import eager
+from cutlass_sparse.api import eager, eager_keys
 
 
 def rel_err(got, want) -> float:
@@ -39,7 +39,7 @@ def main() -> None:
     for n in (8, 16):
         x = torch.randn(n, 4096, device="cuda", generator=g).half()
         check("new N, new pointers (by value)", x, cs.linear(x, sw))
-    plan = eager.lookup(eager.linear_key(xs[16], sw, eager_options())[0]).plan
+    plan = eager.lookup(eager_keys.linear_key(xs[16], sw, eager_options())[0]).plan
     print("kernel", plan.config.name, "host Params kept:", len(plan._host_params))
 
     static_x = torch.randn(16, 4096, device="cuda", generator=g).half()

@@ -22,7 +22,7 @@ def main():
     import torch
 
     import cutlass_sparse as cs
-    from cutlass_sparse.api import eager, interop, matmul as api_matmul
+    from cutlass_sparse.api import eager, eager_keys, interop, matmul as api_matmul
 
     g = torch.Generator(device="cuda").manual_seed(7)
     w = cs.prune_2to4(torch.randn(11008, 4096, device="cuda", generator=g).half() * 0.02)
@@ -31,7 +31,7 @@ def main():
     x = torch.randn(16, 4096, device="cuda", generator=g).half()
     options = api_matmul._activation_options("identity")
     cs.linear(x, sw, bias=b)
-    found = eager.linear_key(x, sw, options, b)
+    found = eager_keys.linear_key(x, sw, options, b)
     entry = eager.lookup(found[0])
     print(f"hit: {entry is not None}, direct: {entry.plan.direct if entry else '-'}, "
           f"config: {entry.plan.config.name if entry else '-'}")
@@ -41,7 +41,7 @@ def main():
     rows = {
         "cs.linear(x, sw)": lambda: cs.linear(x, sw),
         "cs.linear(x, sw, bias=b)": lambda: cs.linear(x, sw, bias=b),
-        "linear_key with bias": lambda: eager.linear_key(x, sw, options, b),
+        "linear_key with bias": lambda: eager_keys.linear_key(x, sw, options, b),
         "lookup": lambda: eager.lookup(found[0]),
         "b.reshape(-1).float().contiguous()": lambda: b.reshape(-1).float().contiguous(),
         "new_out": lambda: entry.new_out(x.device, transposed=found[1]),

@@ -15,7 +15,7 @@ import cupy  # noqa: E402
 import torch  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
-from cutlass_sparse.api import eager, interop, matmul as api_matmul  # noqa: E402
+from cutlass_sparse.api import eager, eager_keys, interop, matmul as api_matmul  # noqa: E402
 from bench_eager import device_ms  # noqa: E402
 from cutlass_sparse.launch import staging  # noqa: E402
 
@@ -49,7 +49,7 @@ def main():
     cs.matmul(sw, x, out=out)
     cs.linear(tokens, sw)
     options = api_matmul._DEFAULT_OPTIONS
-    fast = eager.torch_key(sw, x, out, options)
+    fast = eager_keys.torch_key(sw, x, out, options)
     entry = eager.lookup(fast)
     plan = entry.plan
     stream = interop.torch_stream(0)
@@ -62,7 +62,7 @@ def main():
         "torch.mm(w, x, out=out)": lambda: torch.mm(w, x, out=out),
         "  torch.empty(m, n)": lambda: torch.empty((m, n), dtype=torch.float16, device=x.device),
         "  entry.new_out": lambda: entry.new_out(x.device),
-        "  eager.torch_key": lambda: eager.torch_key(sw, x, out, options),
+        "  eager_keys.torch_key": lambda: eager_keys.torch_key(sw, x, out, options),
         "  eager.lookup": lambda: eager.lookup(fast),
         "  eager.torch_run": lambda: eager.torch_run(entry, sw, x, out),
         "    interop.torch_stream": lambda: interop.torch_stream(0),
@@ -75,7 +75,7 @@ def main():
         "  tensor.data_ptr()": lambda: x.data_ptr(),
         "  tensor.stride()": lambda: x.stride(),
         "  tensor.get_device()": lambda: x.get_device(),
-        "  eager.torch_attrs": lambda: eager.torch_attrs(x),
+        "  eager_keys.torch_attrs": lambda: eager_keys.torch_attrs(x),
     }
     print(f"host us per call, {m}x{n}x{k} f16, torch tensors (median of 5 rounds of 2000)")
     for name, call in rows.items():

@@ -19,7 +19,7 @@ import torch  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from bench_eager import HOST_SHAPE, host_us  # noqa: E402
-from cutlass_sparse.api import eager, matmul as api_matmul  # noqa: E402
+from cutlass_sparse.api import eager, eager_keys, matmul as api_matmul  # noqa: E402
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
     for round_ in range(3):
         print(f"round {round_}: " + ", ".join(f"{name} {host_us(torch, fn):.1f}" for name, fn in rows.items()),
               flush=True)
-    key = eager.torch_key(sw, x, None, api_matmul._DEFAULT_OPTIONS)
+    key = eager_keys.torch_key(sw, x, None, api_matmul._DEFAULT_OPTIONS)
     entry = None if key is None else eager.lookup(key)
     plan = None if entry is None else entry.plan
     print("eager entry:", entry is not None, "direct:", getattr(plan, "direct", None),

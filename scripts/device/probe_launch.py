@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
-from cutlass_sparse.api import eager, interop, matmul as api_matmul  # noqa: E402
+from cutlass_sparse.api import eager, eager_keys, interop, matmul as api_matmul  # noqa: E402
 # launches queued behind a spin kernel, so the GPU's own time never shows in a row
 from probe_pdl import host_us  # noqa: E402  (this folder is on sys.path when run as a script)
 
@@ -27,7 +27,7 @@ def main():
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
     ref = (w.float() @ x.float())
     cs.matmul(sw, x, out=out)
-    plan = eager.lookup(eager.torch_key(sw, x, out, api_matmul._DEFAULT_OPTIONS)).plan
+    plan = eager.lookup(eager_keys.torch_key(sw, x, out, api_matmul._DEFAULT_OPTIONS)).plan
     stream = interop.torch_stream(0)
     ready = plan.ready(sw, (x.data_ptr(), out.data_ptr(), out.data_ptr()), None, stream)
     compiled = plan.compiled

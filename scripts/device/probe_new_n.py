@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
-from cutlass_sparse.api import eager, interop, matmul as api_matmul  # noqa: E402
+from cutlass_sparse.api import eager, eager_keys, interop, matmul as api_matmul  # noqa: E402
 from cutlass_sparse.launch import sm90, sm90_params  # noqa: E402
 from cutlass_sparse.plan import plans  # noqa: E402
 
@@ -99,7 +99,7 @@ def main():
     for n in range(2, 513):
         x = xs[n]
         t = [time.perf_counter()]
-        found = eager.linear_key(x, sw, options)
+        found = eager_keys.linear_key(x, sw, options)
         t.append(time.perf_counter())
         entry = eager.lookup(found[0])
         t.append(time.perf_counter())

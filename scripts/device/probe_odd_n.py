@@ -19,7 +19,7 @@ def main():
     import torch
 
     import cutlass_sparse as cs
-    from cutlass_sparse.api import eager, interop, matmul as api_matmul
+    from cutlass_sparse.api import eager, eager_keys, interop, matmul as api_matmul
 
     w = cs.prune_2to4(torch.randn(4096, 4096, device="cuda").half() * 0.02)
     sw = cs.compress(w)
@@ -31,7 +31,7 @@ def main():
         got = cs.matmul(sw, x)
         torch.cuda.synchronize()
         err = float((got.float() - ref).norm() / ref.norm())
-        key = eager.torch_key(sw, x, None, options)
+        key = eager_keys.torch_key(sw, x, None, options)
         entry = eager.lookup(key)
         print(f"N={n}: rel err {err:.1e} ({'ok' if err < 2e-2 else 'WRONG'}), strides {tuple(got.stride())}, "
               f"fast path {'hit' if entry is not None else 'MISSED'}, direct {entry.plan.direct if entry else '-'}")
@@ -39,7 +39,7 @@ def main():
         y = entry.new_out(x.device)
         rows = {
             "cs.matmul(sw, x)": lambda: cs.matmul(sw, x),
-            "torch_key": lambda: eager.torch_key(sw, x, None, options),
+            "torch_key": lambda: eager_keys.torch_key(sw, x, None, options),
             "lookup": lambda: eager.lookup(key),
             "new_out": lambda: entry.new_out(x.device),
             "torch_stream": lambda: interop.torch_stream(0),
