@@ -2,6 +2,7 @@
 parameters never share a plan; a new N finds its class's plan only when its operands
 are laid out, aligned and ranged like that call's, and the Problem made for it is the
 one the full path would build."""
+from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
@@ -88,11 +89,13 @@ def test_problem_for_a_new_n_is_the_full_paths(layout, out_kind, n0, n):
         return x, out[out_kind]()
 
     seen = problem_for(*operands_of(n0), n0)
-    with mock.patch.object(plans, "get", lambda problem: ("plan", problem)):
+    plan = SimpleNamespace(direct=True)   # a stand-in: the Problem is what is checked
+    with mock.patch.object(plans, "get", lambda problem: plan):
         x, out = operands_of(n)
         key = fast_key(attrs(x.shape, x.strides), None if out is None else attrs(out.shape, out.strides))
-        derived = eager._for_n(eager.Entry("plan", seen), key)
+        derived = eager._for_n(eager.Entry(plan, seen), key)
     assert derived.problem == problem_for(x, out, n) and derived.out_shape == (M, n)
+    assert derived.plan is plan and derived.direct == (not derived.problem.epilogue.reads_c)
 
 
 def test_one_kernel_per_range_and_never_across_what_changes_it():

@@ -39,15 +39,17 @@ AHEAD = 256         # N values of a range whose Params are built ahead on its fi
 
 
 class Entry:
-    """A remembered call: its plan and Problem, D's [M, N] and its torch dtype (found on
-    the first torch call that allocates D)."""
+    """A remembered call: its plan and Problem, D's [M, N], and what a torch call that
+    allocates D makes it from (found on the first such call)."""
 
-    __slots__ = ("plan", "problem", "out_shape", "torch_out", "_empty", "_bias")
+    __slots__ = ("plan", "problem", "out_shape", "direct", "_makers", "_bias")
 
     def __init__(self, plan, problem):
         self.plan, self.problem = plan, problem
         self.out_shape = (problem.m, problem.n)
-        self.torch_out = self._empty = self._bias = None
+        # launched from pointers alone: nothing staged, C not read (the torch hits' test)
+        self.direct = plan.direct and not problem.epilogue.reads_c
+        self._makers = self._bias = None
 
     def bias_vector(self, bias, stream_ptr: int):
         """The float32 [M] vector of a torch row bias, converted on the stream of the call
@@ -61,18 +63,53 @@ class Entry:
         self._bias = (bias, version, stream_ptr, vector)
         return vector
 
-    def new_out(self, device, transposed: bool = False):
-        """A torch tensor for D: [M, N] row-major, or (transposed) [N, M], whose .T is D
-        column-major; for a Problem whose D the library allocates (out None), [M, N] in
-        rows of the plan's leading dimension."""
-        if self._empty is None:
-            import torch
+    def new_out(self, device):
+        """A torch tensor for D, for a torch call without out: [M, N] row-major; for a
+        Problem whose D the library allocates (out None), [M, N] in rows of the plan's
+        leading dimension."""
+        return (self._makers or self._make(device))[0]()
 
-            self.torch_out, self._empty = torch_out_dtype(self.problem.element_out), torch.empty
-        m, n = self.out_shape
-        if self.problem.out is None and self.plan.ldd != n:
-            return self._empty((m, self.plan.ldd), dtype=self.torch_out, device=device).narrow(1, 0, n)
-        return self._empty((n, m) if transposed else (m, n), dtype=self.torch_out, device=device)
+    def linear_out(self, device, col: bool):
+        """cs.linear's [N, M] result, whose transpose is D: column-major D (col) is a
+        contiguous [N, M]; row-major D is [N, M] with strides (1, N)."""
+        return (self._makers or self._make(device))[1 + (not col)]()
+
+    def _make(self, device) -> tuple:
+        """The allocators of new_out and linear_out. empty_like of a stride-0 view of one
+        element allocates a compact tensor of the view's shape: less argument parsing on
+        every call than torch.empty(shape, dtype=, device=) (and no transpose after it)."""
+        import torch
+
+        empty_like, dtype = torch.empty_like, torch_out_dtype(self.problem.element_out)
+        one = one_element(dtype, device)
+        (m, n), ldd = self.out_shape, self.plan.ldd
+        if self.problem.out is None and ldd != n:   # rows of ldd, seen as [M, N]
+            rows = one.expand(m, ldd)
+
+            def new_d():
+                return empty_like(rows).as_strided((m, n), (ldd, 1))
+        else:
+            d = one.expand(m, n)
+
+            def new_d():
+                return empty_like(d)
+        tokens_major = one.expand(n, m)
+        self._makers = (new_d, lambda: empty_like(tokens_major),
+                        lambda: torch.empty_strided((n, m), (1, n), dtype=dtype, device=device))
+        return self._makers
+
+
+_ones: dict[tuple, object] = {}   # (torch dtype, device) -> a tensor of one element
+
+
+def one_element(dtype, device):
+    """One element of a dtype on a device, kept: what D's templates (Entry._make) view."""
+    found = _ones.get((dtype, device))
+    if found is None:
+        import torch
+
+        found = _ones[(dtype, device)] = torch.empty(1, dtype=dtype, device=device)
+    return found
 
 
 _torch_outs: dict[str, object] = {}   # output type name -> torch dtype
@@ -96,8 +133,6 @@ _generation = records.generation
 _get_device = None
 
 
-
-
 def _current_device() -> int:
     """The current CUDA device (CuPy's runtime call, found once)."""
     global _get_device
@@ -106,30 +141,6 @@ def _current_device() -> int:
 
         _get_device = cupy.cuda.runtime.getDevice
     return _get_device()
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _with_n(problem, n: int):
@@ -147,8 +158,6 @@ def _for_n(entry: Entry, fast_key: tuple) -> Entry:
     """The entry for a call of an entry's class with its own N."""
     problem = _with_n(entry.problem, fast_key[X_SHAPE][1])
     return Entry(plans.get(problem), problem)
-
-
 
 
 def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
@@ -214,10 +223,10 @@ def remember(fast_key: tuple, call: operands.GemmCall, x, out, plan) -> None:
 
 def run(entry: Entry, sw, x, out, bias):
     """What cs.matmul returns for a call that hit `entry`."""
-    import cupy
-
     plan, problem = entry.plan, entry.problem
-    if cupy.cuda.runtime.getDevice() != problem.device_id:
+    if _current_device() != problem.device_id:
+        import cupy
+
         with cupy.cuda.Device(problem.device_id):
             return run(entry, sw, x, out, bias)
     if bias is None and plan.direct:   # allocates nothing but what it returns
@@ -254,7 +263,7 @@ def torch_run(entry: Entry, sw, x, out, bias=None):
     if bias is not None:
         vector = entry.bias_vector(bias, stream.ptr)
         plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream, scales=(0, 0, vector.data_ptr()))
-    elif plan.direct and not problem.epilogue.reads_c:
+    elif entry.direct:
         plan.launch_direct(sw, x.data_ptr(), out.data_ptr(), stream)
     elif plan.family == "sm90" and not problem.epilogue.reads_c:
         plan.launch_staged(sw, x.data_ptr(), out.data_ptr(), stream, allocate=torch_memory.allocator(index))
@@ -269,12 +278,11 @@ def torch_linear(x, sw, options: tuple, bias=None):
     allocated as linear allocates it, the GEMM launched from pointers; None on a miss."""
     found = linear_key(x, sw, options, bias)
     entry = None if found is None else lookup(found[0])
-    if entry is None or not entry.plan.direct or entry.problem.epilogue.reads_c or not takes_torch_bias(entry, bias):
+    if entry is None or not entry.direct or not takes_torch_bias(entry, bias):
         return None
-    col = found[1]
-    y = entry.new_out(x.device, transposed=col)   # [tokens, features] (D column-major), else D
-    torch_run(entry, sw, x, y, bias)              # direct: x.T and D are pointers here
-    return y if col else y.T
+    y = entry.linear_out(x.device, found[1])   # [tokens, features], D's transpose
+    torch_run(entry, sw, x, y, bias)           # direct: x.T and D are pointers here
+    return y
 
 
 def _bias_c(problem, bias):

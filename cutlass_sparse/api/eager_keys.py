@@ -29,7 +29,7 @@ def _array_type():
 
 def _head(sw):
     """The weight's part of a key, or None when the fast path does not take sw."""
-    if type(sw) is not SparseMatrix or type(sw.values) is not _array_type():
+    if type(sw) is not SparseMatrix or type(sw.values) is not (_ndarray or _array_type()):
         return None
     return sw.shape, sw.dtype, sw.layout, sw.values.data.device_id
 
@@ -62,8 +62,10 @@ def torch_attrs(tensor, dims: tuple[int, ...] = (2,)):
     dtype = interop.numpy_dtype(tensor.dtype)
     if dtype is None or not tensor.is_cuda or tensor.dim() not in dims:
         return None
-    item = dtype.itemsize
-    return tensor.shape, tuple(s * item for s in tensor.stride()), dtype, tensor.data_ptr() & 15, tensor.get_device()
+    item, strides = dtype.itemsize, tensor.stride()
+    # no generator for the common 2-D case: this runs on every eager torch call
+    strides = (strides[0] * item, strides[1] * item) if len(strides) == 2 else tuple(s * item for s in strides)
+    return tensor.shape, strides, dtype, tensor.data_ptr() & 15, tensor.get_device()
 
 
 def torch_bias_attrs(bias):

@@ -16,8 +16,15 @@ from ..describe.dtypes import bfloat16
 from ..launch import torch_memory
 
 
+_torch_types: dict[type, bool] = {}   # type -> whether it is torch's (asked on every call)
+
+
 def is_torch(obj) -> bool:
-    return type(obj).__module__.startswith("torch")
+    kind = type(obj)
+    found = _torch_types.get(kind)
+    if found is None:
+        found = _torch_types[kind] = kind.__module__.startswith("torch")
+    return found
 
 
 _NUMPY_OF = {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..describe import catalog, dtypes
 from ..formats.matrices import SparseMatrix
 from ..plan import plans
-from . import operands
+from . import eager, operands
 from .interop import is_torch, torch_dtype, torch_io, torch_stream
 from .matmul import matmul
 
@@ -119,28 +119,31 @@ class Plan:
         torch describes tensors (element strides), and the torch module."""
         import torch
 
-        item = self.x_key[1].itemsize
+        item, out_dtype = self.x_key[1].itemsize, torch_dtype(self.np_out)
+        # D of a call without out: empty_like of a stride-0 view parses less than torch.empty
+        template = None if out_dtype is None else eager.one_element(out_dtype, self.x_key[3]).expand(*self.out_shape)
         self._torch_want = (self.x_key[0], tuple(s // item for s in self.x_key[2]), torch_dtype(self.x_key[1]),
-                            torch_dtype(self.np_out), tuple(s // self.np_out.itemsize for s in self.out_strides),
-                            self.x_key[3], torch, self._get_device)
+                            out_dtype, tuple(s // self.np_out.itemsize for s in self.out_strides),
+                            self.x_key[3], torch, self._get_device, template)
         return self._torch_want
 
     def _torch_call(self, x, out):
         """A direct call on torch tensors from their attributes and pointers, on torch's
         current stream; None when they do not fit the plan as they are (the general path
         says why or stages them)."""
-        shape, strides, dtype, out_dtype, out_strides, device, torch, current_device = \
+        shape, strides, dtype, out_dtype, out_strides, device, torch, current_device, template = \
             self._torch_want or self._torch_wanted()
+        x_ptr = x.data_ptr()
         if out_dtype is None or x.shape != shape or x.dtype != dtype or x.stride() != strides \
-                or x.get_device() != device or x.data_ptr() % self.align_x or current_device() != device:
+                or x.get_device() != device or x_ptr % self.align_x or current_device() != device:
             return None
         if out is None:
-            out = torch.empty(self.out_shape, dtype=out_dtype, device=x.device)
+            out = torch.empty_like(template)
         elif (type(out) is not type(x) and not is_torch(out)) or out.shape != self.out_shape \
                 or out.dtype != out_dtype or out.stride() != out_strides or out.get_device() != device \
                 or out.data_ptr() % self.align_out:
             return None
-        self._launch(x.data_ptr(), out.data_ptr(), torch_stream(device))
+        self._launch(x_ptr, out.data_ptr(), torch_stream(device))
         return out
 
     @torch_io(make_out=_torch_out)
