@@ -111,6 +111,34 @@ def test_what_a_torch_call_allocates_comes_from_torchs_allocator(family):
             del y
 
 
+def test_torch_memory_for_another_stream_never_takes_a_block_torch_still_uses():
+    """A block torch's allocator freed on its current stream goes to the next allocation
+    on that stream at once (kernels queued there may still use it). CuPy work on another
+    stream inside a torch call (build_ahead's side stream, under torch_memory.for_stream)
+    must not get it: this once corrupted the operands of a busy torch stream (a NaN in
+    test_runs_on_torchs_current_stream, 2 of about 20 suite runs)."""
+    import cupy
+
+    from cutlass_sparse.launch import torch_memory
+
+    device = torch.cuda.current_device()
+    busy = torch.cuda.Stream()
+    side = cupy.cuda.Stream(non_blocking=True)
+    with torch.cuda.stream(busy), torch_memory.using(device):
+        for on_side in (True, False):
+            freed = torch.empty(24576, dtype=torch.uint8, device="cuda")
+            ptr = freed.data_ptr()
+            del freed   # freed on `busy`
+            if on_side:
+                with side, torch_memory.for_stream(device, side.ptr):
+                    taken = cupy.empty(24576, dtype=cupy.uint8)
+            else:   # the control: for torch's own stream the block comes back (the check above can fail)
+                taken = cupy.empty(24576, dtype=cupy.uint8)
+            assert (taken.data.ptr == ptr) == (not on_side)
+            del taken
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_plan_serves_torch_operands_it_cannot_launch_directly(family):
     """An x of the planned shape and strides at an address the kernel cannot read (one
@@ -161,6 +189,35 @@ def test_linear_takes_leading_dimensions_as_nn_linear_does(family, lead):
     y_cupy = cs.linear(cupy.from_dlpack(x), sw)
     assert isinstance(y_cupy, cupy.ndarray) and y_cupy.shape == (*lead, 256)
     assert relative_error(torch.from_dlpack(y_cupy), ref) < 2e-2
+
+
+@pytest.mark.parametrize("case", [(256, 7, 512, "relu"), (256, 12, 512, "identity"), (192, 40, 256, "silu")],
+                         ids=["7", "12", "40"])
+def test_a_cupy_linear_hit_is_what_the_full_path_gives(case):
+    """cs.linear on a CuPy x (sm90): a repeated call is an eager hit launched from
+    pointers (eager.cupy_linear), and its result has the full path's shape, strides and
+    values, for token counts whose D is column-major (7, 12) and row-major (40)."""
+    import cupy
+
+    from cutlass_sparse.api import eager, eager_keys, matmul as api_matmul
+
+    family_ok("sm90")
+    features, tokens, k, activation = case
+    g = torch.Generator(device="cuda").manual_seed(11)
+    w = cs.prune_2to4(torch.randn(features, k, device="cuda", generator=g).half())
+    sw = cs.compress(w)
+    x = cupy.from_dlpack(torch.randn(tokens, k, device="cuda", generator=g).half())
+    first = cs.linear(x, sw, activation=activation)
+    found = eager_keys.linear_key(x, sw, api_matmul._activation_options(activation))
+    assert found is not None and eager.lookup(found[0]) is not None   # the miss was remembered
+    hit = eager.cupy_linear(x, sw, api_matmul._activation_options(activation))
+    assert hit is not None and cs.linear(x, sw, activation=activation) is not first
+    assert (hit.shape, hit.strides, hit.dtype) == (first.shape, first.strides, first.dtype)
+    cupy.cuda.get_current_stream().synchronize()
+    ref = torch.nn.functional.linear(torch.from_dlpack(x).float(), w.float())
+    ref = {"relu": torch.relu, "silu": torch.nn.functional.silu}.get(activation, lambda v: v)(ref)
+    assert relative_error(torch.from_dlpack(hit), ref) < 2e-2
+    assert bool((hit == first).all())
 
 
 @pytest.mark.parametrize("case", [(256, 7, 512, "relu", torch.float16), (256, 7, 512, "relu", torch.bfloat16),

@@ -67,43 +67,56 @@ class Entry:
         """A torch tensor for D, for a torch call without out: [M, N] row-major; for a
         Problem whose D the library allocates (out None), [M, N] in rows of the plan's
         leading dimension."""
-        return (self._makers or self._make(device))[0]()
+        makers = self._makers
+        return (makers and makers[0] or self._maker(0, device))()
 
     def linear_out(self, device, col: bool):
         """cs.linear's [N, M] result, whose transpose is D: column-major D (col) is a
         contiguous [N, M]; row-major D is [N, M] with strides (1, N)."""
-        return (self._makers or self._make(device))[1 + (not col)]()
+        makers, kind = self._makers, 1 if col else 2
+        return (makers and makers[kind] or self._maker(kind, device))()
 
-    def _make(self, device) -> tuple:
-        """The allocators of new_out and linear_out. empty_like of a stride-0 view of one
-        element allocates a compact tensor of the view's shape: less argument parsing on
-        every call than torch.empty(shape, dtype=, device=) (and no transpose after it)."""
+    def cupy_linear_out(self, col: bool):
+        """linear_out for a CuPy call, on the current device: column-major D is a
+        contiguous [N, M]; row-major D is allocated [M, N] and handed back transposed."""
+        import cupy
+
+        (m, n), dtype = self.out_shape, dtypes.numpy_dtype(self.problem.element_out)
+        return cupy.empty((n, m), dtype=dtype) if col else cupy.empty((m, n), dtype=dtype).T
+
+    def _maker(self, kind: int, device):
+        """The allocator of new_out (kind 0) or linear_out (1: column-major D, 2: row-major),
+        made on its first use (a new N's entry may serve one call). empty_like of a stride-0
+        view of one element allocates a compact tensor of the view's shape, with less
+        argument parsing on every call than torch.empty(shape, dtype=, device=)."""
         import torch
 
         empty_like, dtype = torch.empty_like, torch_out_dtype(self.problem.element_out)
-        one = one_element(dtype, device)
         (m, n), ldd = self.out_shape, self.plan.ldd
-        if self.problem.out is None and ldd != n:   # rows of ldd, seen as [M, N]
-            rows = one.expand(m, ldd)
+        if kind == 2:
+            def make():
+                return torch.empty_strided((n, m), (1, n), dtype=dtype, device=device)
+        elif kind == 0 and self.problem.out is None and ldd != n:   # rows of ldd, seen as [M, N]
+            rows = one_element(dtype, device).expand(m, ldd)
 
-            def new_d():
+            def make():
                 return empty_like(rows).as_strided((m, n), (ldd, 1))
         else:
-            d = one.expand(m, n)
+            template = one_element(dtype, device).expand(*((m, n) if kind == 0 else (n, m)))
 
-            def new_d():
-                return empty_like(d)
-        tokens_major = one.expand(n, m)
-        self._makers = (new_d, lambda: empty_like(tokens_major),
-                        lambda: torch.empty_strided((n, m), (1, n), dtype=dtype, device=device))
-        return self._makers
+            def make():
+                return empty_like(template)
+        if self._makers is None:
+            self._makers = [None, None, None]
+        self._makers[kind] = make
+        return make
 
 
 _ones: dict[tuple, object] = {}   # (torch dtype, device) -> a tensor of one element
 
 
 def one_element(dtype, device):
-    """One element of a dtype on a device, kept: what D's templates (Entry._make) view."""
+    """One element of a dtype on a device, kept: what D's templates (Entry._maker) view."""
     found = _ones.get((dtype, device))
     if found is None:
         import torch
@@ -282,6 +295,19 @@ def torch_linear(x, sw, options: tuple, bias=None):
         return None
     y = entry.linear_out(x.device, found[1])   # [tokens, features], D's transpose
     torch_run(entry, sw, x, y, bias)           # direct: x.T and D are pointers here
+    return y
+
+
+def cupy_linear(x, sw, options: tuple):
+    """cs.linear(x, sw) for a CuPy x whose call (linear_key) was seen before, without a
+    bias: the [tokens, features] result allocated as linear's call allocates it (D's
+    transpose), the GEMM launched from pointers on the current stream; None on a miss."""
+    found = linear_key(x, sw, options)
+    entry = None if found is None else lookup(found[0])
+    if entry is None or not entry.direct or _current_device() != entry.problem.device_id:
+        return None
+    y = entry.cupy_linear_out(found[1])
+    entry.plan.launch_direct(sw, x.data.ptr, y.data.ptr)
     return y
 
 

@@ -18,7 +18,7 @@ OUT_DTYPE = 4     # in options
 _ndarray = None
 
 
-def _array_type():
+def array_type():
     global _ndarray
     if _ndarray is None:
         import cupy
@@ -29,7 +29,7 @@ def _array_type():
 
 def _head(sw):
     """The weight's part of a key, or None when the fast path does not take sw."""
-    if type(sw) is not SparseMatrix or type(sw.values) is not (_ndarray or _array_type()):
+    if type(sw) is not SparseMatrix or type(sw.values) is not (_ndarray or array_type()):
         return None
     return sw.shape, sw.dtype, sw.layout, sw.values.data.device_id
 
@@ -42,7 +42,7 @@ def _cupy_attrs(array):
 def key(sw, x, out, bias, options: tuple) -> tuple | None:
     """The fast key of a CuPy call, or None when the fast path does not take it."""
     head = _head(sw)
-    ndarray = _array_type()
+    ndarray = array_type()
     if head is None or type(x) is not ndarray:
         return None
     found = (*head, *_cupy_attrs(x), options)
@@ -115,18 +115,25 @@ def padded_out(layout: str, n: int, item: int) -> bool:
 
 
 def linear_key(x, sw, options: tuple, bias=None) -> tuple[tuple, bool] | None:
-    """(key, D column-major) of cs.linear(x, sw) on a torch [tokens, K] x: the key of the
-    matmul linear makes of it (sw @ x.T into the D it allocates, column-major for token
-    counts a row-major D cannot take in place); None where linear makes no such call."""
+    """(key, D column-major) of cs.linear(x, sw) on a torch or CuPy [tokens, K] x: the key
+    of the matmul linear makes of it (sw @ x.T into the D it allocates, column-major for
+    token counts a row-major D cannot take in place: a torch call's D is allocated by the
+    torch wrapper, a CuPy call's row-major D by matmul itself); None where linear makes
+    no such call."""
     head = _head(sw)
-    x_attrs = None if head is None or head[2] != "sm90" or options[OUT_DTYPE] is not None else torch_attrs(x)
-    bias_attrs = torch_bias_attrs(bias)
+    if head is None or head[2] != "sm90" or options[OUT_DTYPE] is not None:
+        return None
+    if type(x) is _ndarray:
+        x_attrs = _cupy_attrs(x) if x.ndim == 2 else None
+        bias_attrs = None if bias is None else (_cupy_attrs(bias) if type(bias) is _ndarray else False)
+    else:
+        x_attrs, bias_attrs = torch_attrs(x), torch_bias_attrs(bias)
     if x_attrs is None or bias_attrs is False:
         return None
     (n, k), (s0, s1), dtype, align, device = x_attrs
     col = selection.linear_out_layout(n, dtype.itemsize) == "col"
-    return (*head, (k, n), (s1, s0), dtype, align, device, options,
-            _allocated_out(head[0][0], n, dtype, device, col), bias_attrs), col
+    out = _allocated_out(head[0][0], n, dtype, device, col) if col or type(x) is not _ndarray else None
+    return (*head, (k, n), (s1, s0), dtype, align, device, options, out, bias_attrs), col
 
 
 def _compact(shape, strides, item) -> str | None:

@@ -267,12 +267,14 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
                 raise ValueError("out= (matmul's [features, tokens] D) takes a 2-D x only; x is "
                                  f"{[*lead, x.shape[-1]]}")
             return tokens.unfolded(linear(x, sw, bias, activation, **options), lead)
-    if is_torch(x) and (bias is None or is_torch(bias)) and type(activation) is str and "out" not in options \
-            and (not options or _fast_options(options)):
-        done = eager.torch_linear(x, sw, _options(dict(options, activation=activation)) if options
-                                  else _activation_options(activation), bias)
-        if done is not None:
-            return done
+    if type(activation) is str and "out" not in options and (not options or _fast_options(options)):
+        # a call seen before (api.eager): from the operands' attributes to one launch
+        torch_x = is_torch(x)
+        if (bias is None or is_torch(bias)) if torch_x else (bias is None and type(x) is eager_keys.array_type()):
+            fast = _options(dict(options, activation=activation)) if options else _activation_options(activation)
+            done = eager.torch_linear(x, sw, fast, bias) if torch_x else eager.cupy_linear(x, sw, fast)
+            if done is not None:
+                return done
     if not is_torch(x):   # a torch x stays one: matmul takes it and gives torch back
         x = operands.as_device_array(x, "x")
     if x.ndim != 2:

@@ -23,7 +23,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import graphs
+from . import graphs, torch_memory
 
 # The scaled epilogue's run-time vectors, as pointers: row scales, column scales, row bias
 # (0: absent; a scale then reads as 1, the bias as 0).
@@ -250,9 +250,11 @@ def build_ahead(plan, problems) -> dict:
     made, wanted = {}, []
     nbytes = plan.compiled.constants["params_bytes"]
     slot = -(-nbytes // _SLOT) * _SLOT
-    with cupy.cuda.Device(plan.problem.device_id):
-        stream = _side_stream(plan.problem.device_id)
-        with stream:
+    device = plan.problem.device_id
+    with cupy.cuda.Device(device):
+        stream = _side_stream(device)
+        # in a torch call, its allocator: blocks taken for the side stream, not torch's
+        with stream, torch_memory.for_stream(device, stream.ptr):
             scratch = cupy.empty(256, dtype=cupy.uint8)
             stand_in = (scratch.data.ptr,) * 5
             for problem in problems:

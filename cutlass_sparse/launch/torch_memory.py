@@ -11,22 +11,47 @@ from __future__ import annotations
 
 import sys
 
-_allocators: dict[int, object] = {}
+_allocators: dict[tuple, object] = {}   # (device, stream pointer or None) -> allocator
 
 
-def allocator(device: int):
-    """A CuPy allocator (nbytes -> MemoryPointer) drawing on torch's for one device."""
-    found = _allocators.get(device)
+def allocator(device: int, stream_ptr: int | None = None):
+    """A CuPy allocator (nbytes -> MemoryPointer) drawing on torch's for one device: for
+    torch's current stream, or for the stream at stream_ptr. torch's allocator hands a
+    block freed on a stream to the next allocation on that stream at once, while kernels
+    queued there may still use it, which is safe only for work on that stream: work on
+    another stream (build_ahead's side stream) takes its blocks for that stream."""
+    found = _allocators.get((device, stream_ptr))
     if found is None:
         import cupy
         import torch
 
-        def allocate(nbytes: int):
-            tensor = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
-            return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(tensor.data_ptr(), nbytes, tensor, device), 0)
+        if stream_ptr is None:
+            def allocate(nbytes: int):
+                tensor = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+                return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(tensor.data_ptr(), nbytes, tensor, device), 0)
+        else:
+            stream = torch.cuda.ExternalStream(stream_ptr, device=torch.device("cuda", device))
 
-        found = _allocators[device] = allocate
+            def allocate(nbytes: int):
+                with torch.cuda.stream(stream):
+                    tensor = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+                return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(tensor.data_ptr(), nbytes, tensor, device), 0)
+
+        found = _allocators[(device, stream_ptr)] = allocate
     return found
+
+
+def for_stream(device: int, stream_ptr: int):
+    """`with for_stream(device, ptr):` where a torch call's allocator is in effect (using),
+    CuPy allocations come from torch's for the stream at ptr instead of torch's current
+    one; elsewhere nothing changes (CuPy's pool keeps blocks per stream)."""
+    import contextlib
+
+    import cupy
+
+    if cupy.cuda.get_allocator() is not _allocators.get((device, None)):
+        return contextlib.nullcontext()
+    return cupy.cuda.using_allocator(allocator(device, stream_ptr))
 
 
 def using(device: int):

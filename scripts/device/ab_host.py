@@ -79,13 +79,37 @@ def main() -> int:
         for row in rows["new"]:
             for name in rows:
                 times[(name, row)].append(round_us(torch, rows[name][row]))
+    new_n = new_n_us(packages, torch)
     print(f"host us per call ({'x'.join(map(str, SHAPE))} f16), {args.rounds} rounds of 300 calls, "
           f"packages alternated row by row: min / median of the rounds' means")
     print(f"  {'call':32s}{'old':>16s}{'new':>16s}")
     for row in rows["new"]:
         cells = "".join(f"{min(times[(n, row)]):8.1f}{statistics.median(times[(n, row)]):8.1f}" for n in rows)
         print(f"  {row:32s}{cells}")
+    print("a new N at every call (cs.linear, 4096x4096 f16, N = 1..512 after a warm-up pass over the ranges, "
+          "the packages alternated call by call): median " + ", ".join(f"{k} {v:.1f} us" for k, v in new_n.items()))
     return 0
+
+
+def new_n_us(packages: dict, torch) -> dict:
+    """Median host time of cs.linear at N = 1..512, each N new to both packages."""
+    w = torch.randn(4096, 4096, device="cuda").half() * 0.02
+    weights = {name: cs.compress(cs.prune_2to4(w)) for name, cs in packages.items()}
+    xs = {n: torch.randn(n, 4096, device="cuda").half() for n in range(1, 513)}
+    for n in sorted({1} | {end - d for end in (16, 32, 64, 128, 256, 512) for d in (0, 1)}):
+        for name, cs in packages.items():
+            cs.linear(xs[n], weights[name])
+    for n in xs:   # torch's allocator sees each size first here, not in the timed loop
+        torch.empty((n, 4096), device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    times = {name: [] for name in packages}
+    for n in xs:
+        for name, cs in packages.items():
+            start = time.perf_counter()
+            cs.linear(xs[n], weights[name])
+            times[name].append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 if __name__ == "__main__":
