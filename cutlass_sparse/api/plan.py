@@ -31,6 +31,7 @@ def _convert_metadata_now(sw, atom_k: int) -> None:
 
         sw.metadata_for(atom_k)
         cupy.cuda.get_current_stream().synchronize()
+        sw.metadata_for(atom_k)   # now seen done: any stream or capture uses it as it is
 
 
 class Plan:

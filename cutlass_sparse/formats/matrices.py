@@ -7,7 +7,6 @@ it: formats sits below launching and must not import it).
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -75,7 +74,8 @@ class SparseMatrix:
     # sm90 8-bit: the K the kernels run, with zero columns up to the layout's multiple of 16
     # (0: K itself); activations get the same zero columns at each call
     padded_k: int = 0
-    # sm90: the metadata in other atoms, converted on first use by a kernel that reads them
+    # sm90: the metadata in other atoms, converted on first use by a kernel that reads them:
+    # atom -> (array, event of the conversion or None once seen done, stream pointer)
     _other_atoms: dict = field(default_factory=dict, repr=False, compare=False)
 
     def _require_sm80(self, what: str) -> None:
@@ -119,23 +119,48 @@ class SparseMatrix:
                             None if self.scales is None else self.scales.get())
 
     def holds_metadata_for(self, atom_k: int) -> bool:
-        """Whether metadata_for(atom_k) is at hand (no conversion to run)."""
-        return atom_k == self.atom_k or self.layout == LAYOUT_SM80 or atom_k in self._other_atoms
+        """Whether metadata_for(atom_k) is at hand for any stream (no conversion to run or
+        to wait for)."""
+        if atom_k == self.atom_k or self.layout == LAYOUT_SM80:
+            return True
+        kept = self._other_atoms.get(atom_k)
+        return kept is not None and kept[1] is None
 
     def metadata_for(self, atom_k: int, stream=None):
         """The metadata in the layout a kernel with this atom K reads (sm90): the stored
-        one, or a conversion made once on `stream` (a CuPy stream, the kernel's) and kept
-        (1/8 of the values' bytes)."""
+        one, or a conversion made once on `stream` (a CuPy stream, the kernel's; default
+        the current one) and kept (1/8 of the values' bytes). Until the conversion is seen
+        done, a call for another stream has that stream wait for it (an event). Not for a
+        stream being captured while a conversion may be running (neither a wait on nor a
+        query of an event from outside a capture is allowed in it): see
+        launch.sm90_metadata, which gives a capture a conversion of its own."""
         if atom_k == self.atom_k or self.layout == LAYOUT_SM80:
             return self.metadata
-        converted = self._other_atoms.get(atom_k)
-        if converted is None:
+        kept = self._other_atoms.get(atom_k)
+        if kept is not None and kept[1] is None:
+            return kept[0]
+        return self._converted(atom_k, stream)
+
+    def _converted(self, atom_k: int, stream):
+        import cupy
+
+        stream = stream or cupy.cuda.get_current_stream()
+        kept = self._other_atoms.get(atom_k)
+        if kept is None:
             if np.dtype(self.dtype).itemsize != 2:   # sm90_layout knows the 16-bit atoms only
                 raise ValueError(f"an sm90 {self.dtype} matrix has metadata for tiles of K >= {self.atom_k} "
                                  f"only; a kernel of tile K {atom_k} cannot read it")
-            with stream if stream is not None else contextlib.nullcontext():
-                converted = self._other_atoms[atom_k] = sm90_layout.convert(
-                    self.metadata, *self.shape, self.atom_k, atom_k)
+            with stream:
+                converted = sm90_layout.convert(self.metadata, *self.shape, self.atom_k, atom_k)
+                done = cupy.cuda.Event(disable_timing=True)
+                done.record(stream)
+            self._other_atoms[atom_k] = (converted, done, stream.ptr)
+            return converted
+        converted, done, made_on = kept
+        if done.done:
+            self._other_atoms[atom_k] = (converted, None, made_on)
+        elif stream.ptr != made_on:
+            stream.wait_event(done)
         return converted
 
     def plain_metadata(self):

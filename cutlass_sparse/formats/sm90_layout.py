@@ -54,15 +54,19 @@ def byte_index(rows, groups, m: int, atom_k: int):
     return offset // 8
 
 
-def convert(metadata, m: int, k: int, from_atom: int, to_atom: int):
-    """The metadata of an [m, k] matrix re-laid for another atom (cupy in, cupy out)."""
+def convert(metadata, m: int, k: int, from_atom: int, to_atom: int, out=None):
+    """The metadata of an [m, k] matrix re-laid for another atom (cupy in, cupy out), on
+    the current stream; into `out` (uint8, metadata_bytes(m, k, to_atom)) if given."""
     import cupy
 
     if from_atom == to_atom:
         return metadata
     if from_atom not in ATOMS_K or to_atom not in ATOMS_K:
         raise ValueError(f"atoms {from_atom}, {to_atom} must be among {ATOMS_K}")
-    out = cupy.zeros(metadata_bytes(m, k, to_atom), dtype=cupy.uint8)
+    if out is None:
+        out = cupy.zeros(metadata_bytes(m, k, to_atom), dtype=cupy.uint8)
+    else:
+        out.fill(0)   # the kernel writes the bytes of K; the atoms' tail stays zero
     groups = round_up(k, 16) // 8          # K is a multiple of 16; one thread per byte
     _kernels()[2](metadata.reshape(-1), groups, round_up(m, ATOM_M), from_atom, to_atom, out,
                   size=round_up(m, ATOM_M) * groups)

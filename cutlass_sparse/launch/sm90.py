@@ -30,7 +30,7 @@ from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
-from . import device, graphs, modules, pdl, sm90_params, sm90_prepare
+from . import device, graphs, modules, pdl, sm90_metadata, sm90_params, sm90_prepare
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .staging import KeptBuffers, copy_lines, copy_rows, stage
 
@@ -234,7 +234,7 @@ class Sm90Plan:
     def ready_key(self, sw, pointers: tuple[int, int, int], stream=None, workspace=None, scales=NO_VECTORS) -> tuple:
         """What ready() keeps a launch under: sw's arrays, the (b, c, d) pointers, the
         workspace and the scale vectors."""
-        return (sw.values.data.ptr, sw.metadata_for(self.atom_k, stream).data.ptr, *pointers,
+        return (sw.values.data.ptr, sm90_metadata.for_kernel(sw, self.atom_k, stream).data.ptr, *pointers,
                 0 if workspace is None else workspace.data.ptr, *scales)
 
     def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
