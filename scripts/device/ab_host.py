@@ -16,17 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_eager import host_us  # noqa: E402   one round: the mean host time of back-to-back calls
+
 SHAPE = (128, 64, 128)   # bench_eager's HOST_SHAPE: the GPU time is far below the host's
-
-
-def round_us(torch, call, calls=300) -> float:
-    """One round: the mean host time of back-to-back calls."""
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
 
 
 def rows_of(cs, torch, cupy) -> dict:
@@ -78,7 +71,7 @@ def main() -> int:
     for _ in range(args.rounds):
         for row in rows["new"]:
             for name in rows:
-                times[(name, row)].append(round_us(torch, rows[name][row]))
+                times[(name, row)].append(host_us(torch, rows[name][row], calls=300))
     new_n = new_n_us(packages, torch)
     print(f"host us per call ({'x'.join(map(str, SHAPE))} f16), {args.rounds} rounds of 300 calls, "
           f"packages alternated row by row: min / median of the rounds' means")
