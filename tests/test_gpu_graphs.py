@@ -225,3 +225,61 @@ def test_holds_cost_nothing_outside_a_capture():
         call()
     cupy.cuda.get_current_stream().synchronize()
     assert graphs.release_finished() == before
+
+
+def test_an_eager_call_never_launches_params_a_capture_built():
+    """A capture's first launch on new buffers has its setup entry inside the graph: its
+    Params exist only once the graph replays. An eager call on the same buffers before
+    any replay (checking the graph against eager, or after a failed capture) must build
+    its own (sm90 stream-K: its Params are always built on the device)."""
+    import cupy
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(256, 64, 1040, "f16", "row", seed=81, family="sm90")
+    cs.matmul(sw, x.copy(), out=cupy.zeros((256, 64), dtype=cupy.float16), split_k=2)   # the plan, made eagerly
+    out = cupy.zeros((256, 64), dtype=cupy.float16)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    cupy.cuda.get_current_stream().synchronize()
+    with stream:
+        stream.begin_capture()
+        cs.matmul(sw, x, out=out, split_k=2)
+        graph = stream.end_capture()
+        cs.matmul(sw, x, out=out, split_k=2)   # eager, no replay yet
+        stream.synchronize()
+        assert_close(out, expect(w, x), "f16")
+        out.fill(0)
+        graph.launch(stream)
+        stream.synchronize()
+    assert_close(out, expect(w, x), "f16")
+
+
+def test_a_graph_reads_its_own_bias_vector_not_a_kept_one():
+    """A biased torch call keeps its float32 bias vector for the next eager call on its
+    stream. A capture on that stream must not bake the kept vector in: replacing it (a call
+    with another bias) frees it, and the replay would read whatever took its memory."""
+    torch = pytest.importorskip("torch")
+
+    _sm90_or_skip()
+    g = torch.Generator(device="cuda").manual_seed(82)
+    w = cs.prune_2to4(torch.randn(256, 512, device="cuda", generator=g).half())
+    sw = cs.compress(w)
+    x = torch.randn(7, 512, device="cuda", generator=g).half()
+    bias, other = (torch.randn(256, device="cuda", generator=g).half() for _ in range(2))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        cs.linear(x, sw, bias=bias, activation="relu")   # eager: the vector kept for this stream
+        y = cs.linear(x, sw, bias=bias, activation="relu")
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        y = cs.linear(x, sw, bias=bias, activation="relu")
+    with torch.cuda.stream(stream):
+        cs.linear(x, sw, bias=other, activation="relu")   # replaces (frees) the kept vector
+        junk = [torch.full((256,), float("nan"), device="cuda") for _ in range(64)]   # takes freed memory
+    stream.synchronize()
+    y.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = torch.relu(x.float() @ w.float().T + bias.float())
+    assert float((y.float() - ref).norm() / ref.norm()) < 2e-2
+    del junk

@@ -55,7 +55,14 @@ class Entry:
         """The float32 [M] vector of a torch row bias, converted on the stream of the call
         and kept for the next call with the same tensor, at the same version (an in-place
         change bumps it), on the same stream (where the conversion is ordered before it).
-        The kept tensor is held, so its memory cannot meanwhile be another tensor's."""
+        The kept tensor is held, so its memory cannot meanwhile be another tensor's. A call
+        being captured in a CUDA graph gets a vector of its own, kept by the graph: a kept
+        one may be freed while the graph lives, and one made in the capture exists only
+        after a replay."""
+        if graphs.capturing(stream_ptr):
+            vector = bias.reshape(-1).float().contiguous()
+            graphs.hold(stream_ptr, vector)
+            return vector
         kept, version = self._bias, bias._version
         if kept is not None and kept[0] is bias and kept[1] == version and kept[2] == stream_ptr:
             return kept[3]
@@ -156,6 +163,13 @@ def _current_device() -> int:
     return _get_device()
 
 
+def _capturing() -> bool:
+    """Whether the current stream is capturing a CUDA graph."""
+    import cupy
+
+    return graphs.capturing(cupy.cuda.get_current_stream().ptr)
+
+
 def _with_n(problem, n: int):
     """A Problem of the same class with another N (row-major operands' leading dimension is N)."""
     x = problem.x
@@ -178,8 +192,8 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     so the range's other N launch the GEMM alone; their plans are remembered under the
     keys those calls will have."""
     plan, problem = entry.plan, entry.problem
-    if klass is None or plan.family != "sm90" or klass in _ahead:
-        return
+    if klass is None or plan.family != "sm90" or klass in _ahead or _capturing():
+        return   # in a capture: pinned memory, a side stream and allocations it may forbid; a later call builds
     _ahead.add(klass)
     n = problem.n
     top = selection.n_range(n)

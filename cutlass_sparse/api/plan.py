@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..describe import catalog, dtypes
 from ..formats.matrices import SparseMatrix
+from ..launch import graphs
 from ..plan import plans
 from . import eager, operands
 from .interop import is_torch, torch_dtype, torch_io, torch_stream
@@ -64,6 +65,8 @@ class Plan:
         # the family named: this call runs (and prepares) the family plan the plan launches,
         # never a stand-in while that kernel compiles elsewhere (plan.stand_in)
         self.example_out = matmul(sw, x, info=self.info, **{**options, "family": family})
+        if self.c_bias is not None:   # the folded bias is read by calls on any stream: done before any
+            cupy.cuda.get_current_stream().synchronize()
         self.x_key = (x.shape, x.dtype, x.strides, x.device.id)
         self.direct = False
         if x.ndim == 2 and isinstance(sw, SparseMatrix):
@@ -195,6 +198,10 @@ class Plan:
 
     def _launch(self, x_ptr: int, out_ptr: int, stream=None) -> None:
         """The direct launch on `stream` (default: the current one)."""
+        if self.c_bias is not None:   # a graph capturing this call keeps the C it reads past the plan
+            import cupy
+
+            graphs.hold((stream or cupy.cuda.get_current_stream()).ptr, self.c_bias)
         if self.bound is not None:
             self.bound(x_ptr, out_ptr, stream)
             return
@@ -203,9 +210,10 @@ class Plan:
         if ready is None:   # new pointers: the family plan builds (or finds) their Params
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
             ready = self.family_plan.ready(self.sw, (x_ptr, c_ptr, out_ptr), None, stream)
-            if len(self._readies) >= 64:
-                self._readies.clear()
-            self._readies[key] = ready
+            if not ready.captured:   # Params a capture's setup writes exist after a replay only
+                if len(self._readies) >= 64:
+                    self._readies.clear()
+                self._readies[key] = ready
         elif not ready.by_value and ready.workspace is None:   # by value once its Params' copy has arrived
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
             family = self.family_plan

@@ -86,10 +86,22 @@ def _matching(found: str, x_element: str | None, what: str) -> str:
 def quantize_weight(w, element: str) -> SparseMatrix:
     """A 2:4 weight [features, K] (fp16, bf16 or fp32; CuPy or torch, on the GPU) quantized
     to `element` (e4m3 or s8) with one float32 scale per row (sw.scales, [features]) and
-    compressed for the sm90 kernels."""
+    compressed for the sm90 kernels. A torch w: on torch's current stream, from torch's
+    allocator (as cs.compress does), so the weight is ordered with torch's work."""
     import cupy
 
-    array = to_array(w) if is_torch(w) else operands.as_device_array(w, "w")
+    if not is_torch(w):
+        return _quantized_weight(operands.as_device_array(w, "w"), element)
+    if not w.is_cuda:   # a host tensor: its NumPy view, copied to the GPU on the way
+        return _quantized_weight(to_array(w), element)
+    index = w.device.index
+    with cupy.cuda.Device(index), torch_stream(index), torch_memory.using(index):
+        return _quantized_weight(to_array(w), element)
+
+
+def _quantized_weight(array, element: str) -> SparseMatrix:
+    import cupy
+
     if array.ndim != 2 or array.dtype.kind not in "fV":
         raise ValueError(f"w must be a 2-D floating-point [features, K] array, got {array.dtype} {tuple(array.shape)}")
     m, k = array.shape

@@ -7,14 +7,18 @@ it: formats sits below launching and must not import it).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from .. import events
 from ..describe import dtypes
 from . import sm80_layout, sm90_layout
 from .patterns import LAYOUT_SM80
+
+_conversions = threading.Lock()   # SparseMatrix._converted: one conversion per matrix and atom
 
 
 @dataclass(frozen=True)
@@ -150,14 +154,17 @@ class SparseMatrix:
             if np.dtype(self.dtype).itemsize != 2:   # sm90_layout knows the 16-bit atoms only
                 raise ValueError(f"an sm90 {self.dtype} matrix has metadata for tiles of K >= {self.atom_k} "
                                  f"only; a kernel of tile K {atom_k} cannot read it")
-            with stream:
-                converted = sm90_layout.convert(self.metadata, *self.shape, self.atom_k, atom_k)
-                done = cupy.cuda.Event(disable_timing=True)
-                done.record(stream)
-            self._other_atoms[atom_k] = (converted, done, stream.ptr)
-            return converted
+            with _conversions:   # one conversion: a second thread's would be freed under its launch
+                kept = self._other_atoms.get(atom_k)
+                if kept is None:
+                    with stream:
+                        converted = sm90_layout.convert(self.metadata, *self.shape, self.atom_k, atom_k)
+                        done = cupy.cuda.Event(disable_timing=True)
+                        done.record(stream)
+                    self._other_atoms[atom_k] = (converted, done, stream.ptr)
+                    return converted
         converted, done, made_on = kept
-        if done.done:
+        if events.done(done):
             self._other_atoms[atom_k] = (converted, None, made_on)
         elif stream.ptr != made_on:
             stream.wait_event(done)

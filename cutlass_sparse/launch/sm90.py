@@ -76,6 +76,7 @@ class Ready:
     workspace: object = None
     barrier: tuple[int, int] = (0, 0)   # (byte offset, bytes) to zero before each launch
     params: object = None               # the setup's device buffer, kept alive while used
+    captured: bool = False              # built in a graph capture: its Params exist after a replay only
 
 
 class Sm90Plan:
@@ -157,7 +158,8 @@ class Sm90Plan:
             return self._prepared((p, p, p, p, p)).workspace_bytes
 
     def info(self) -> dict:
-        ready = next(reversed(self._readies.values()), None)
+        with self._lock:   # other threads insert
+            ready = next(reversed(self._readies.values()), None)
         return dict(config=self.config.name, arch=self.problem.arch, from_cache=self.compiled.from_cache,
                     compile_seconds=self.compiled.compile_seconds, grid=None if ready is None else ready.grid,
                     k_padded=False, decomposition=self.scheduling.decomposition, split_k=self.scheduling.splits,
@@ -208,6 +210,8 @@ class Sm90Plan:
         ready = self._from_host(key[:5], scales, stream) if workspace is None else None
         if ready is None:
             ready = self._build(key[:5], workspace, stream, scales)
+            if ready.captured:   # not for later calls: an eager one before the first replay would read nothing
+                return ready
         with self._lock:
             self._readies[key] = ready
             while len(self._readies) > PARAMS_PER_PLAN:
@@ -371,7 +375,8 @@ class Sm90Plan:
             workspace = None
         params = self._params_buffer(stream)
         self._write_params(pointers, params.data.ptr, workspace, stream, scales)
-        graphs.hold((stream or cupy.cuda.get_current_stream()).ptr, prepared.templates)   # the setup reads them
+        # the setup reads the templates; True where the stream captures
+        captured = graphs.hold((stream or cupy.cuda.get_current_stream()).ptr, prepared.templates)
         if workspace is None and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
             sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
         placeholder = self._placeholder
@@ -380,7 +385,7 @@ class Sm90Plan:
         from_device = ctypes.c_uint64(params.data.ptr)
         arguments = pdl.kernel_params(placeholder, from_device)
         return Ready(ctypes.addressof(arguments), prepared.grid, (arguments, placeholder, from_device), False,
-                     workspace, (prepared.barrier_offset, prepared.barrier_bytes), params)
+                     workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured)
 
     def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)

@@ -23,6 +23,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import events
 from . import graphs, torch_memory
 
 # The scaled epilogue's run-time vectors, as pointers: row scales, column scales, row bias
@@ -115,7 +116,7 @@ class Copy:
         if event is not None:
             import cupy
 
-            if graphs.capturing((stream or cupy.cuda.get_current_stream()).ptr) or not event.done:
+            if graphs.capturing((stream or cupy.cuda.get_current_stream()).ptr) or not events.done(event):
                 return None
             self._event = self._device = None
         return self._host.ptr

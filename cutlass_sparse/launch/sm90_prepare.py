@@ -91,6 +91,8 @@ def on_device(plan, pointers) -> Prepared:
         raise RuntimeError(f"{symbol} {problem}: CUTLASS launches grid {reported}, launch.grid computed "
                            f"{host_grid(plan)}: the host's copy of the scheduler is out of date")
     templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
+    # landed before any stream's setup reads them (the copy is asynchronous on this stream)
+    cupy.cuda.get_current_stream().synchronize()
     if plan.config.tile_scheduler != "streamk":
         sm90_params.pointer_maps[(plan.compiled.key, plan.problem.device_id)] = sm90_params.map_pointers(
             plan, templates, setup_layout(plan.config) is SETUP_SCALED)

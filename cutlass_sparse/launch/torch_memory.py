@@ -37,7 +37,9 @@ def allocator(device: int, stream_ptr: int | None = None):
                     tensor = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
                 return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(tensor.data_ptr(), nbytes, tensor, device), 0)
 
-        found = _allocators[(device, stream_ptr)] = allocate
+        # one allocator per key even where threads race here: for_stream tells torch's
+        # current-stream allocator by identity
+        found = _allocators.setdefault((device, stream_ptr), allocate)
     return found
 
 

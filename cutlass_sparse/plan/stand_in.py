@@ -196,9 +196,10 @@ def sm80_weight(sw: SparseMatrix, kernel: tuple) -> SparseMatrix | None:
         values, metadata = sm80_layout.encode(sw.to_dense(), sw.element)
         # kept for calls on any stream: done before any uses it (a cold start's one wait;
         # stand-ins never run under graph capture)
-        import cupy
+        if sw.is_device:
+            import cupy
 
-        cupy.cuda.get_current_stream().synchronize()
+            cupy.cuda.get_current_stream().synchronize()
     except Exception as exc:    # CuPy's OutOfMemoryError among others: the sm90 plan still runs
         _end(kernel, f"stand-in could not convert the weight ({type(exc).__name__}: {exc}): its calls compile "
                      f"it here", failed=True)
