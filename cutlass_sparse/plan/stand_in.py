@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 
-from .. import env
+from .. import env, events
 from ..build import background, kernels
 from ..describe import dtypes
 from ..describe.problem import Problem
@@ -46,6 +46,11 @@ _queued: list[tuple] = []                 # (kernel, arch) not started yet, in o
 _started: dict[tuple, float] = {}         # (kernel, arch) compiling -> when it was started
 _failed: set[tuple] = set()               # (kernel, arch) whose stand-in ended in a failure
 _sm80_weights: dict[int, SparseMatrix] = {}   # id(sm90 matrix) -> its sm80 copy
+_weight_streams: dict[int, set[int]] = {}     # id(sm90 matrix) -> streams whose calls read the copy
+# sm80 copies no stand-in needs any more, each with an event per stream that read it: freed
+# at once, a copy's memory would go back to its first stream's pool while GEMMs queued on
+# the others still read it
+_retiring: list[tuple[SparseMatrix, dict]] = []
 _last_look = 0.0
 _lock = threading.RLock()
 
@@ -144,6 +149,8 @@ def _look(now: bool = False) -> None:
     if not now and moment - _last_look < CHECK_EVERY_S:
         return
     _last_look = moment
+    with _lock:
+        _drop_retired()
     pending = list(_started.items()) + [(k, None) for k in list(_queued)]
     for kernel, started in pending:
         try:
@@ -181,8 +188,39 @@ def _end(kernel: tuple, why: str, failed: bool) -> None:
         if failed:
             _failed.add(kernel)
         if not _waiting:
-            _sm80_weights.clear()
+            _retire_weights()
     (log.warning if failed else log.info)("the sm90 GEMM %s %s", kernel[0].name, why)
+
+
+def _retire_weights() -> None:
+    """Move every sm80 copy to _retiring (under _lock)."""
+    for key, weight in _sm80_weights.items():
+        _retiring.append((weight, dict.fromkeys(_weight_streams.get(key, ()))))
+    _sm80_weights.clear()
+    _weight_streams.clear()
+    _drop_retired()
+
+
+def _drop_retired() -> None:
+    """Free the retiring copies that no queued GEMM reads any more (under _lock): an event
+    recorded on each stream that read one (not into a graph that stream captures: later),
+    the copy dropped once all of them are done."""
+    if not _retiring:
+        return
+    import cupy
+
+    for entry in list(_retiring):
+        waits = entry[1]
+        for ptr, event in waits.items():
+            if event is None and not graphs.capturing(ptr):
+                event = cupy.cuda.Event(disable_timing=True)
+                try:
+                    cupy.cuda.runtime.eventRecord(event.ptr, ptr)
+                except cupy.cuda.runtime.CUDARuntimeError:   # a destroyed stream: nothing queued there
+                    pass
+                waits[ptr] = event
+        if all(e is not None and events.done(e) for e in waits.values()):
+            _retiring.remove(entry)
 
 
 def sm80_weight(sw: SparseMatrix, kernel: tuple) -> SparseMatrix | None:
@@ -191,6 +229,7 @@ def sm80_weight(sw: SparseMatrix, kernel: tuple) -> SparseMatrix | None:
     standing in and compile it here."""
     found = _sm80_weights.get(id(sw))
     if found is not None:
+        _read_on_current_stream(sw)
         return found
     try:
         values, metadata = sm80_layout.encode(sw.to_dense(), sw.element)
@@ -209,8 +248,19 @@ def sm80_weight(sw: SparseMatrix, kernel: tuple) -> SparseMatrix | None:
         if not _waiting:        # every stand-in ended meanwhile: keep nothing
             return found
         _sm80_weights[id(sw)] = found
+        _read_on_current_stream(sw)
     weakref.finalize(sw, _sm80_weights.pop, id(sw), None)
     return found
+
+
+def _read_on_current_stream(sw: SparseMatrix) -> None:
+    """Note that a call on the current stream reads sw's sm80 copy (see _retiring)."""
+    if not sw.is_device:   # host arrays: no stream reads them
+        return
+    import cupy
+
+    with _lock:
+        _weight_streams.setdefault(id(sw), set()).add(cupy.cuda.get_current_stream().ptr)
 
 
 def standing_in() -> bool:
@@ -226,5 +276,5 @@ def clear() -> None:
         _queued.clear()
         _started.clear()
         _failed.clear()
-        _sm80_weights.clear()
+        _retire_weights()
         _last_look = 0.0
