@@ -46,10 +46,7 @@ def _sizes(call) -> list[int]:
 
 def _forget_plans() -> None:
     """Drop every plan the library keeps, as its bounded caches do when they fill."""
-    with eager._lock:
-        eager._entries.clear()
-        eager._classes.clear()
-        eager._ahead.clear()
+    eager.clear()
     plans.clear()
     gc.collect()
 

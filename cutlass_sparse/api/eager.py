@@ -146,7 +146,7 @@ def torch_out_dtype(element_out: str):
 _entries: dict[tuple, Entry] = {}      # exact key -> its entry
 _classes: dict[tuple, Entry] = {}      # class key -> the entry of its latest call
 _ahead: set[tuple] = set()             # classes whose range was built ahead
-_lock = threading.Lock()
+_lock = threading.RLock()   # clear() runs inside _keep
 _generation = records.generation
 
 
@@ -210,11 +210,8 @@ def lookup(fast_key: tuple) -> Entry | None:
     """The entry for a key: remembered, else made from its class's, else None."""
     global _generation
     if _generation != records.generation:
-        with _lock:
-            _entries.clear()
-            _classes.clear()
-            _ahead.clear()
-            _generation = records.generation
+        clear()
+        _generation = records.generation
     entry = _entries.get(fast_key)
     if entry is not None:
         return entry
@@ -227,12 +224,18 @@ def lookup(fast_key: tuple) -> Entry | None:
     return entry
 
 
+def clear() -> None:
+    """Forget every remembered call (a new profiler record, a full cache; tests)."""
+    with _lock:
+        _entries.clear()
+        _classes.clear()
+        _ahead.clear()
+
+
 def _keep(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     with _lock:
         if len(_entries) >= MAX_ENTRIES:
-            _entries.clear()
-            _classes.clear()
-            _ahead.clear()
+            clear()
         _entries[fast_key] = entry
         if klass is not None:
             _classes[klass] = entry

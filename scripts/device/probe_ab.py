@@ -30,9 +30,7 @@ def set_host_params(on: bool):
     if on:
         sm90_params.pointer_maps.update(MAPS)
     sm90_params._templates.clear()
-    eager._entries.clear()
-    eager._classes.clear()
-    eager._ahead.clear()
+    eager.clear()
     plans.clear()
 
 

@@ -46,7 +46,7 @@ def main():
     from cutlass_sparse.launch import sm90_params
     from cutlass_sparse.plan import plans
 
-    eager._entries.clear(), eager._classes.clear(), eager._ahead.clear(), plans.clear()
+    eager.clear(), plans.clear()
     sm90_params._templates.clear()
     for n in warm:
         cs.linear(xs[n], sw)

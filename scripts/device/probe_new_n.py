@@ -32,7 +32,7 @@ def counted(name):
 
 
 def reset():
-    eager._entries.clear(), eager._classes.clear(), eager._ahead.clear(), plans.clear()
+    eager.clear(), plans.clear()
     sm90_params._templates.clear()
 
 

@@ -453,16 +453,24 @@ def streams_round(env, checks: Checks, r: int, calls: int) -> None:
     rng = random.Random(seed)
     world = World(env, rng, WEIGHTS, seed, part=0)
     streams = [torch.cuda.Stream() for _ in range(rng.choice((2, 3)))]
+    calls_on_streams(world, streams, rng, world.gen, 0, checks, calls, f"round {r}", 25)
+    checks.run(env)
+
+
+def calls_on_streams(world, streams, rng, gen, part: int, checks: Checks, calls: int, label: str,
+                     first_busy_ms: float) -> None:
+    """Each stream made busy, then random calls spread over them, now and then a stream
+    made busy again; nothing synchronized between them."""
+    torch = world.env.torch
     for s in streams:
         with torch.cuda.stream(s):
-            busy(torch, rng.uniform(5, 25))
+            busy(torch, rng.uniform(5, first_busy_ms))
     for _ in range(calls):
         i = rng.randrange(len(streams))
         with torch.cuda.stream(streams[i]):
             if rng.random() < 0.08:
                 busy(torch, rng.uniform(0.5, 4))
-            random_call(world, rng, world.gen, 0, checks, f"round {r} stream {i} of {len(streams)}:")
-    checks.run(env)
+            random_call(world, rng, gen, part, checks, f"{label} stream {i} of {len(streams)}:")
 
 
 # ----------------------------------------------------------------------------------------
@@ -489,15 +497,7 @@ def threads_round(env, checks: Checks, r: int, calls: int) -> None:
         gen = torch.Generator(device="cuda").manual_seed(seed * 10 + t)
         streams = [torch.cuda.Stream() for _ in range(2)]
         barrier.wait()
-        for s in streams:
-            with torch.cuda.stream(s):
-                busy(torch, rng.uniform(5, 20))
-        for _ in range(calls):
-            i = rng.randrange(len(streams))
-            with torch.cuda.stream(streams[i]):
-                if rng.random() < 0.08:
-                    busy(torch, rng.uniform(0.5, 4))
-                random_call(world, rng, gen, 1, checks, f"round {r} thread {t} stream {i}:")
+        calls_on_streams(world, streams, rng, gen, 1, checks, calls, f"round {r} thread {t}", 20)
 
     run_threads(env, checks, [functools.partial(body, t) for t in range(2)], f"threads round {r}")
     checks.run(env)
@@ -701,10 +701,7 @@ def forget_caches() -> None:
     from cutlass_sparse.api import eager
     from cutlass_sparse.plan import plans
 
-    with eager._lock:
-        eager._entries.clear()
-        eager._classes.clear()
-        eager._ahead.clear()
+    eager.clear()
     plans.clear()
     gc.collect()
 
