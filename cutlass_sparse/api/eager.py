@@ -42,14 +42,14 @@ class Entry:
     """A remembered call: its plan and Problem, D's [M, N], and what a torch call that
     allocates D makes it from (found on the first such call)."""
 
-    __slots__ = ("plan", "problem", "out_shape", "direct", "_makers", "_bias")
+    __slots__ = ("plan", "problem", "out_shape", "direct", "_makers", "_uses", "_bias")
 
     def __init__(self, plan, problem):
         self.plan, self.problem = plan, problem
         self.out_shape = (problem.m, problem.n)
         # launched from pointers alone: nothing staged, C not read (the torch hits' test)
         self.direct = plan.direct and not problem.epilogue.reads_c
-        self._makers = self._bias = None
+        self._makers = self._uses = self._bias = None
 
     def bias_vector(self, bias, stream_ptr: int):
         """The float32 [M] vector of a torch row bias, converted on the stream of the call
@@ -75,13 +75,15 @@ class Entry:
         Problem whose D the library allocates (out None), [M, N] in rows of the plan's
         leading dimension."""
         makers = self._makers
-        return (makers and makers[0] or self._maker(0, device))()
+        maker = makers[0] if makers else None
+        return maker() if maker is not None else self._allocated(0, device)
 
     def linear_out(self, device, col: bool):
         """cs.linear's [N, M] result, whose transpose is D: column-major D (col) is a
         contiguous [N, M]; row-major D is [N, M] with strides (1, N)."""
         makers, kind = self._makers, 1 if col else 2
-        return (makers and makers[kind] or self._maker(kind, device))()
+        maker = makers[kind] if makers else None
+        return maker() if maker is not None else self._allocated(kind, device)
 
     def cupy_linear_out(self, col: bool):
         """linear_out for a CuPy call, on the current device: column-major D is a
@@ -91,39 +93,54 @@ class Entry:
         (m, n), dtype = self.out_shape, dtypes.numpy_dtype(self.problem.element_out)
         return cupy.empty((n, m), dtype=dtype) if col else cupy.empty((m, n), dtype=dtype).T
 
-    def _maker(self, kind: int, device):
-        """The allocator of new_out (kind 0) or linear_out (1: column-major D, 2: row-major),
-        made on its first use (a new N's entry may serve one call). empty_like of a stride-0
-        view of one element allocates a compact tensor of the view's shape, with less
-        argument parsing on every call than torch.empty(shape, dtype=, device=)."""
-        import torch
-
-        empty_like, dtype = torch.empty_like, torch_out_dtype(self.problem.element_out)
+    def _spec(self, kind: int) -> tuple:
+        """(shape, strides or None, view or None) of new_out (kind 0) or linear_out (1:
+        column-major D, 2: row-major D)."""
         (m, n), ldd = self.out_shape, self.plan.ldd
         if kind == 2:
-            def make():
-                return torch.empty_strided((n, m), (1, n), dtype=dtype, device=device)
-        elif kind == 0 and self.problem.out is None and ldd != n:   # rows of ldd, seen as [M, N]
-            rows = one_element(dtype, device).expand(m, ldd)
+            return (n, m), (1, n), None
+        if kind == 0 and self.problem.out is None and ldd != n:   # rows of ldd, seen as [M, N]
+            return (m, ldd), None, ((m, n), (ldd, 1))
+        return ((m, n) if kind == 0 else (n, m)), None, None
 
-            def make():
-                return empty_like(rows).as_strided((m, n), (ldd, 1))
-        else:
-            template = one_element(dtype, device).expand(*((m, n) if kind == 0 else (n, m)))
+    def _allocated(self, kind: int, device):
+        """An allocation before the kind's maker exists: the first is made directly (a new
+        N's entry may serve one call, and a maker costs about two allocations to make); the
+        second makes the maker. empty_like of a stride-0 view of one element allocates a
+        compact tensor of the view's shape with less argument parsing on every later call
+        than torch.empty(shape, dtype=, device=)."""
+        import torch
 
-            def make():
-                return empty_like(template)
+        dtype = torch_out_dtype(self.problem.element_out)
+        shape, strides, view = self._spec(kind)
         if self._makers is None:
             self._makers = [None, None, None]
+            self._uses = [0, 0, 0]
+        if not self._uses[kind]:
+            self._uses[kind] = 1
+            made = torch.empty_strided(shape, strides, dtype=dtype, device=device) if strides else \
+                torch.empty(shape, dtype=dtype, device=device)
+            return made if view is None else made.as_strided(*view)
+        if strides:
+            def make():
+                return torch.empty_strided(shape, strides, dtype=dtype, device=device)
+        else:
+            empty_like, template = torch.empty_like, one_element(dtype, device).expand(*shape)
+            if view is None:
+                def make():
+                    return empty_like(template)
+            else:
+                def make():
+                    return empty_like(template).as_strided(*view)
         self._makers[kind] = make
-        return make
+        return make()
 
 
 _ones: dict[tuple, object] = {}   # (torch dtype, device) -> a tensor of one element
 
 
 def one_element(dtype, device):
-    """One element of a dtype on a device, kept: what D's templates (Entry._maker) view."""
+    """One element of a dtype on a device, kept: what D's templates (Entry._allocated) view."""
     found = _ones.get((dtype, device))
     if found is None:
         import torch
