@@ -73,7 +73,8 @@ def check_cache_location(path: Path) -> Path:
     for directory in dirs:
         if directory.exists():
             check_owned_private(directory, path, "directory")
-    for candidate in (real, Path(f"{real}-wal"), Path(f"{real}-shm")):
+    # a hot -journal is rolled back into the file on open: held to the same rule
+    for candidate in (real, Path(f"{real}-wal"), Path(f"{real}-shm"), Path(f"{real}-journal")):
         if candidate.exists():
             check_owned_private(candidate, path, "file")
     return real

@@ -290,12 +290,15 @@ def test_read_only_file_in_read_only_directory_serves_kernels():
 
 
 def test_unwritable_cache_is_opened_immutable(tmp_path, monkeypatch):
+    # immutable only for a file nobody rewrites in place: no write bit (a file its owner may
+    # rewrite is opened plain read-only: tests/test_cache_adversarial_review.py, finding 1)
     db = filled(private(tmp_path / "ro") / "c.db")
+    db.chmod(0o444)
     monkeypatch.setattr(cache_mod, "_writable", lambda path: False)
     cache = KernelCache(db)
     assert cache.read_only and cache.get("k0").cubin == bytes(1500)
     cache.put("new", "n", "sm_80", b"n", {})                  # compiled meanwhile: memory only
-    assert cache.get("new").cubin == b"n" and sorted(os.listdir(db.parent)) == ["c.db"]
+    assert cache._immutable and cache.get("new").cubin == b"n" and sorted(os.listdir(db.parent)) == ["c.db"]
 
 
 # -- 5. an unwritable HOME ---------------------------------------------------------------

@@ -143,11 +143,12 @@ class Plan:
             return None
         if out is None:
             out = torch.empty_like(template)
+            out_ptr = out.data_ptr()
         elif (type(out) is not type(x) and not is_torch(out)) or out.shape != self.out_shape \
                 or out.dtype != out_dtype or out.stride() != out_strides or out.get_device() != device \
-                or out.data_ptr() % self.align_out:
+                or (out_ptr := out.data_ptr()) % self.align_out:
             return None
-        self._launch(x_ptr, out.data_ptr(), torch_stream(device))
+        self._launch(x_ptr, out_ptr, torch_stream(device))
         return out
 
     @torch_io(make_out=_torch_out)

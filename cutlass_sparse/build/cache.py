@@ -37,8 +37,10 @@ class Entry:
 
 
 def _writable(path: Path) -> bool:
-    """Whether this process may write path (tests may monkeypatch it: root writes anything)."""
-    return os.access(path, os.W_OK)
+    """Whether this process may write path (tests may monkeypatch it). A file or directory
+    with no write bit (a shipped file, mode 0444) is read-only even to root, who may write
+    anything: readers that opened it immutable rely on nobody rewriting it in place."""
+    return os.access(path, os.W_OK) and bool(path.stat().st_mode & 0o222)
 
 
 class KernelCache:
@@ -47,8 +49,8 @@ class KernelCache:
     The file, its directory and where any symbolic link leads must be the user's (or
     root's) and writable by nobody else (trust.check_cache_location), else UnsafeCacheError.
     A database this process may not write (shipped read-only to serving nodes, or
-    read_only=True) is opened read-only, immutable when it cannot be written and neither
-    can its directory or it is a shipped file (_shipped_file); kernels compiled meanwhile
+    read_only=True) is opened read-only, immutable when it cannot be written and nobody
+    rewrites it in place (cache_files.shipped_file); kernels compiled meanwhile
     live in an in-memory overlay for the life of the process. A damaged file is copied
     aside once (<name>.corrupt-<ns>) and started afresh.
 
@@ -68,7 +70,9 @@ class KernelCache:
         if read_only is None:
             read_only = env.cache_read_only() or not file_writable or not dir_writable
         self.read_only = read_only
-        self._immutable = read_only and not file_writable and (not dir_writable or cache_files.shipped_file(self.path))
+        # immutable (no locks, no change detection) only for a file nobody rewrites in place
+        # (cache_files.shipped_file)
+        self._immutable = read_only and not file_writable and cache_files.shipped_file(self.path)
         self._journal = journal
         if not read_only:
             trust.make_cache_dir(self.path.parent)
@@ -319,6 +323,9 @@ class KernelCache:
         if not Path(other).is_file():
             raise FileNotFoundError(f"cannot merge kernel cache {other}: no such file")
         source = KernelCache(other, read_only=True)
+        if not source.readable:   # a half-copied shard or not a cache: never a silent success
+            source.close()
+            raise RuntimeError(f"cannot merge kernel cache {other}: it is not a readable cache file")
         with source._lock:
             rows = source._query(lambda c: c.execute(
                 "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall(), [])

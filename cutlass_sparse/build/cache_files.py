@@ -4,6 +4,7 @@ stamped it, and the insert that merging uses."""
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import time
 import warnings
@@ -40,15 +41,17 @@ def checksum(cubin: bytes, meta_json: str) -> str:
 
 
 def shipped_file(path: Path) -> bool:
-    """A rollback-journal database with no journal beside it: complete as it stands, so a
-    reader that cannot write it may open it immutable (no locks, no -shm: read-only mounts, NFS).
-    A WAL file may have pages in its -wal that an immutable open would not see."""
+    """A file nobody rewrites in place and that is complete as it stands: no write bit (what
+    cache_ship writes, mode 0444; the library, even as root, treats it as read-only) and no
+    -wal or -journal beside it (a -wal may hold committed pages an immutable open would not
+    see). A reader that cannot write it may then open it immutable (no locks, no -shm:
+    read-only mounts, NFS); any other file may change under the reader, whose cached pages
+    an immutable open would mix with the new ones."""
     try:
-        with open(path, "rb") as handle:
-            header = handle.read(20)
+        writable = os.stat(path).st_mode & 0o222
     except OSError:
         return False
-    return len(header) == 20 and header[18:20] == b"\x01\x01" and not Path(f"{path}-journal").exists()
+    return not writable and not Path(f"{path}-wal").exists() and not Path(f"{path}-journal").exists()
 
 
 def foreign_to_us(cache, consequence: str = "none of its kernels or profiler records are used; "

@@ -9,7 +9,10 @@ replaced, never written through.
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from .. import trust
@@ -20,10 +23,29 @@ SHIPPED_MODE = 0o444
 
 def ship(target: Path, sources: list[Path]) -> list[tuple[Path, int]]:
     """Write target from every intact entry of target (if it exists) and of the sources;
-    returns (source, entries it added) for each."""
+    returns (source, entries it added) for each. Ships into one target take turns (a
+    lock file beside it), so one never replaces the other's entries."""
     target = Path(target)
     trust.make_cache_dir(target.parent)
     trust.check_cache_location(target)
+    lock = os.open(_lock_file(target), os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ship(target, sources)
+    finally:
+        os.close(lock)
+
+
+def _lock_file(target: Path) -> Path:
+    """The lock ships into target take turns on: in a private directory of this user's (not
+    beside the shipped file, whose directory holds that file alone), named by where target
+    really is."""
+    base = trust.private_dir(Path(tempfile.gettempdir()) / f"cutlass_sparse-{os.geteuid()}")
+    digest = hashlib.sha256(os.path.realpath(target).encode()).hexdigest()[:24]
+    return trust.private_dir(base / "ship-locks") / f"{digest}.lock"
+
+
+def _ship(target: Path, sources: list[Path]) -> list[tuple[Path, int]]:
     if target.exists():      # its entries go into the new file: never replace what cannot be read
         current = KernelCache(target, read_only=True)
         readable = current.readable
@@ -42,8 +64,17 @@ def ship(target: Path, sources: list[Path]) -> list[tuple[Path, int]]:
         finally:
             cache.close()
         os.chmod(temp, SHIPPED_MODE)
+        _drop_journals(target)   # their entries are in temp now (read through the -wal above)
         os.replace(temp, target)
+        _drop_journals(target)   # a process holding the old file may have written them meanwhile
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
     return added
+
+
+def _drop_journals(target: Path) -> None:
+    """Remove the target's -wal and -shm: the next reader would apply the old file's WAL
+    to the new file (SQLite does not tell whose WAL it is)."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{target}{suffix}").unlink(missing_ok=True)

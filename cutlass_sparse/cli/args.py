@@ -74,7 +74,7 @@ def arch(text: str) -> str:
 
     try:
         name = normalize_arch(text.strip())
-        if not re.fullmatch(r"sm_\d+a?", name):
+        if not re.fullmatch(r"sm_[0-9]+a?", name):   # ASCII digits: \d takes other scripts' digits too
             raise ValueError(name)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not of the form sm_XX (e.g. sm_80, sm_86, sm_90a)") from None
@@ -143,6 +143,15 @@ def choice_list(choices: tuple[str, ...]):
             raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(choices)}")
         return words
     return parse
+
+
+def cache_file(text: str) -> Path:
+    """A cache file's path: not empty, not a directory (the file itself may not exist yet)."""
+    path = Path(text).expanduser()
+    if not text or path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is {'empty' if not text else 'a directory'}: name a cache file "
+                                         "(e.g. ~/.cache/cutlass_sparse/compiled_cache.db)")
+    return path
 
 
 def existing_file(text: str) -> Path:

@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                 help="cache files to copy entries from")
             action.add_argument("--ship", action="store_true",
                                 help="write --path for serving machines: read-only, no -wal/-shm (NFS, read-only mounts)")
-        action.add_argument("--path", default=None,
+        action.add_argument("--path", default=None, type=types.cache_file,
                             help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)" +
                                  ("; created if new" if name == "merge" else "; must exist"))
 

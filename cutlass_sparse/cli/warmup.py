@@ -121,7 +121,11 @@ def progress(done: int, total: int, result) -> None:
 def parse_shapes(path) -> list[tuple]:
     """(m, n, k, dtype, layout_b, family or None) per non-empty, non-comment line."""
     shapes = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+    try:
+        text = Path(path).read_text()
+    except (UnicodeDecodeError, OSError) as exc:
+        raise UsageError(f"argument --tune: cannot read {path} as text ({exc})") from None
+    for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#")[0].split()
         if not words:
             continue
