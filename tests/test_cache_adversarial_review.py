@@ -13,7 +13,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -29,16 +28,14 @@ ROOT = Path(__file__).resolve().parent.parent
 OTHER_UID = 12345
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_cache_trust import fresh_state  # noqa: E402,F401  (autouse: private temp dir, no cache left over)
+
+
 @pytest.fixture(autouse=True)
-def fresh_state(monkeypatch, tmp_path):
+def no_cache_environment(monkeypatch):
     for name in ("CUTLASS_SPARSE_CACHE", "CUTLASS_SPARSE_CACHE_READONLY", "CUTLASS_SPARSE_NO_COMPILE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir(mode=0o700)
-    env._cache_path.cache_clear()
-    monkeypatch.setattr(cache_mod, "_default", None)
-    yield
-    env._cache_path.cache_clear()
 
 
 def private(path: Path) -> Path:
