@@ -22,7 +22,6 @@ import itertools
 import struct
 import threading
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
 from ..build import kernels
 from ..describe import catalog, dtypes, selection
@@ -32,6 +31,7 @@ from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
 from . import device, graphs, modules, pdl, sm90_metadata, sm90_params, sm90_prepare
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
+from .sm90_ready import Ready
 from .staging import KeptBuffers, copy_lines, copy_rows, stage
 
 # The setup block's leading pointers, in field order: a, e, b, c, d, params_out,
@@ -60,23 +60,6 @@ PARAMS_PER_PLAN = 64
 def _next_nonce() -> int:
     """The next setup's nonce: a bijection of a counter onto [2**31, 2**32)."""
     return 0x80000000 | (next(_nonces) * 0x9E3779B1) & 0x7FFFFFFF
-
-
-@dataclass(slots=True)
-class Ready:
-    """A built launch: the address of the GEMM's kernelParams (the addresses of its two
-    arguments: Params by value, or a placeholder record and the setup entry's buffer), its
-    grid, and its workspace. by_value: Params by value, so the GEMM reads no global memory
-    before it waits on the previous grid and may launch programmatically (launch.pdl)."""
-
-    arguments: int
-    grid: tuple[int, int, int]
-    held: tuple                         # the ctypes objects `arguments` points into
-    by_value: bool = True
-    workspace: object = None
-    barrier: tuple[int, int] = (0, 0)   # (byte offset, bytes) to zero before each launch
-    params: object = None               # the setup's device buffer, kept alive while used
-    captured: bool = False              # built in a graph capture: its Params exist after a replay only
 
 
 class Sm90Plan:

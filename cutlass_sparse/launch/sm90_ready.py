@@ -1,0 +1,21 @@
+"""What an sm90 plan keeps per pointer set and hands to its launch (launch.sm90)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Ready:
+    """A built launch: the address of the GEMM's kernelParams (the addresses of its two
+    arguments: Params by value, or a placeholder record and the setup entry's buffer), its
+    grid, and its workspace. by_value: Params by value, so the GEMM reads no global memory
+    before it waits on the previous grid and may launch programmatically (launch.pdl)."""
+
+    arguments: int
+    grid: tuple[int, int, int]
+    held: tuple                         # the ctypes objects `arguments` points into
+    by_value: bool = True
+    workspace: object = None
+    barrier: tuple[int, int] = (0, 0)   # (byte offset, bytes) to zero before each launch
+    params: object = None               # the setup's device buffer, kept alive while used
+    captured: bool = False              # built in a graph capture: its Params exist after a replay only
