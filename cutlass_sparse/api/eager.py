@@ -42,14 +42,14 @@ class Entry:
     """A remembered call: its plan and Problem, D's [M, N], and what a torch call that
     allocates D makes it from (found on the first such call)."""
 
-    __slots__ = ("plan", "problem", "out_shape", "direct", "_makers", "_uses", "_bias")
+    __slots__ = ("plan", "problem", "out_shape", "direct", "_makers", "_bias")
 
     def __init__(self, plan, problem):
         self.plan, self.problem = plan, problem
         self.out_shape = (problem.m, problem.n)
         # launched from pointers alone: nothing staged, C not read (the torch hits' test)
         self.direct = plan.direct and not problem.epilogue.reads_c
-        self._makers = self._uses = self._bias = None
+        self._makers = self._bias = None
 
     def bias_vector(self, bias, stream_ptr: int):
         """The float32 [M] vector of a torch row bias, converted on the stream of the call
@@ -76,14 +76,14 @@ class Entry:
         leading dimension."""
         makers = self._makers
         maker = makers[0] if makers else None
-        return maker() if maker is not None else self._allocated(0, device)
+        return maker() if maker else self._allocated(0, device)
 
     def linear_out(self, device, col: bool):
         """cs.linear's [N, M] result, whose transpose is D: column-major D (col) is a
         contiguous [N, M]; row-major D is [N, M] with strides (1, N)."""
         makers, kind = self._makers, 1 if col else 2
         maker = makers[kind] if makers else None
-        return maker() if maker is not None else self._allocated(kind, device)
+        return maker() if maker else self._allocated(kind, device)
 
     def cupy_linear_out(self, col: bool):
         """linear_out for a CuPy call, on the current device: column-major D is a
@@ -114,10 +114,9 @@ class Entry:
         dtype = torch_out_dtype(self.problem.element_out)
         shape, strides, view = self._spec(kind)
         if self._makers is None:
-            self._makers = [None, None, None]
-            self._uses = [0, 0, 0]
-        if not self._uses[kind]:
-            self._uses[kind] = 1
+            self._makers = [None, None, None]   # per kind: None unused, False used once, then its maker
+        if self._makers[kind] is None:
+            self._makers[kind] = False
             made = torch.empty_strided(shape, strides, dtype=dtype, device=device) if strides else \
                 torch.empty(shape, dtype=dtype, device=device)
             return made if view is None else made.as_strided(*view)
