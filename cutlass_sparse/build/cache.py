@@ -51,8 +51,10 @@ class KernelCache:
     A database this process may not write (shipped read-only to serving nodes, or
     read_only=True) is opened read-only, immutable when it cannot be written and nobody
     rewrites it in place (cache_files.shipped_file); kernels compiled meanwhile
-    live in an in-memory overlay for the life of the process. A damaged file is copied
-    aside once (<name>.corrupt-<ns>) and started afresh.
+    live in an in-memory overlay for the life of the process. So do they, with one warning,
+    once the disk refuses a write (full, a file size limit): the file is then read-only.
+    A damaged file is copied aside once (<name>.corrupt-<ns>, listed in `moved_aside`)
+    and started afresh.
 
     path=None: env.cache_search_path(), the first file writable (as above), the others
     read-only and searched after it (`shipped`); a missing one is skipped with a warning.
@@ -83,6 +85,7 @@ class KernelCache:
         self._identity: tuple[int, int] | None = None
         self._stamped: set[str] = set()
         self._foreign: bool | None = None        # decided on first search (needs our toolchain)
+        self.moved_aside: list[Path] = []         # where damaged files went (cache verify reports them)
         self._conn = self._open()
         self.asked = (self.path, *map(Path, shipped))     # what default_cache() compares with env
         opened = (_open_shipped(Path(p)) for p in shipped if Path(p) != self.path)
@@ -102,25 +105,48 @@ class KernelCache:
 
     def _open(self) -> sqlite3.Connection | None:
         if self.read_only:
-            if not self._real.exists():
-                return None
-            mode = "?mode=ro&immutable=1" if self._immutable else "?mode=ro"
-            try:
-                conn = sqlite3.connect(self._real.as_uri() + mode, uri=True, timeout=60.0,
-                                       check_same_thread=False, isolation_level=None)
-                conn.execute("SELECT count(*) FROM kernels").fetchone()
-                self._identity = trust.file_identity(self._real)
-                return conn
-            except sqlite3.DatabaseError as exc:
-                warnings.warn(f"read-only kernel cache {self.path} is unreadable ({exc}); compiling into memory")
-                return None
+            return self._open_read_only()
+        # The file we are about to open: if it is damaged, set aside that one and no other
+        # (another opener may have set it aside and started a fresh one meanwhile).
+        self._identity = trust.file_identity(self._real)
         try:
             return self._connect()
-        except sqlite3.OperationalError:
-            raise  # locked past the timeout, or unwritable: never a reason to set the file aside
+        except sqlite3.OperationalError as exc:
+            if not cache_repair.is_write_refused(exc):
+                raise  # locked past the timeout, or unwritable: never a reason to set the file aside
+            self._refused(exc)          # a full disk: no room for the -shm, but it can still be read
+            return self._open_read_only()
         except sqlite3.DatabaseError as exc:
             self._set_aside(exc)
             return self._connect()
+
+    def _open_read_only(self) -> sqlite3.Connection | None:
+        if not self._real.exists() or self._real.stat().st_size == 0:
+            return None     # nothing in it yet (a file just created, or a full disk's): nothing to serve
+        try:
+            return self._connect_read_only("?mode=ro&immutable=1" if self._immutable else "?mode=ro")
+        except sqlite3.DatabaseError as exc:
+            failed = exc
+        if cache_repair.is_write_refused(failed):
+            # No room to size the -shm (a full disk): SQLite reads a WAL file with its
+            # shared memory read-only (readonly_shm) as safely, keeping the index in the heap.
+            try:
+                return self._connect_read_only("?mode=ro&readonly_shm=1")
+            except sqlite3.DatabaseError as exc:
+                failed = exc
+        warnings.warn(f"read-only kernel cache {self.path} is unreadable ({failed}); compiling into memory")
+        return None
+
+    def _connect_read_only(self, mode: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._real.as_uri() + mode, uri=True, timeout=60.0,
+                               check_same_thread=False, isolation_level=None)
+        try:
+            conn.execute("SELECT count(*) FROM kernels").fetchone()
+        except BaseException:
+            conn.close()   # else the next open in this process inherits its failed shared memory
+            raise
+        self._identity = trust.file_identity(self._real)
+        return conn
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._real, timeout=60.0, check_same_thread=False, isolation_level=None)
@@ -146,11 +172,38 @@ class KernelCache:
 
     def _set_aside(self, exc: Exception) -> None:
         """Move a damaged file (and its WAL) aside for inspection, never delete it; warn once."""
-        still_ours = self._identity is None or trust.file_identity(self._real) == self._identity
-        aside = cache_repair.move_aside(self._real, still_ours)
+        aside = cache_repair.move_aside(self._real, self._identity)
         self._identity = None
+        if aside is None:
+            warnings.warn(f"kernel cache {self.path} is damaged, unreadable ({exc}); another process "
+                          "set it aside and started a fresh cache", stacklevel=4)
+            return
+        self.moved_aside.append(aside)
         warnings.warn(f"kernel cache {self.path} is damaged, unreadable ({exc}); moved it to {aside} "
                       "and started a fresh cache", stacklevel=4)
+
+    def _refused(self, exc: Exception) -> None:
+        """The disk refused a write (full, a file size limit): read-only from now on, new
+        kernels kept in memory, so hits still serve and a compiled kernel still runs; warn once."""
+        self.read_only = True
+        if self._foreign is None:
+            self._foreign = False   # still the cache this process writes, only full: trusted as before
+        warnings.warn(f"kernel cache {self.path} cannot be written ({exc}; is the disk full?): serving it "
+                      "read-only, kernels compiled now are kept in memory", stacklevel=4)
+
+    def _write(self, run) -> bool:
+        """run(connection) to change the file, with the lock held; False where the file is
+        read-only, or the disk refused the write (then read-only from now on)."""
+        if self.read_only:
+            return False
+        try:
+            self._query(run)
+            return True
+        except sqlite3.OperationalError as exc:
+            if not cache_repair.is_write_refused(exc):
+                raise
+            self._refused(exc)
+            return False
 
     def _replaced(self) -> bool:
         """Whether the file we opened is no longer the one at our path (set aside elsewhere)."""
@@ -185,6 +238,7 @@ class KernelCache:
             self._set_aside(exc)
             self._conn = self._connect()
             return
+        self.moved_aside.append(aside)
         warnings.warn(f"kernel cache {self.path} is damaged, unreadable ({exc}); copied it to {aside} "
                       "and started a fresh cache", stacklevel=4)
 
@@ -193,10 +247,9 @@ class KernelCache:
     def get(self, key: str) -> Entry | None:
         """The entry for key: this file (or its overlay), else the first shipped file holding it."""
         for cache in (self, *self.shipped):
-            if cache.trusted():
-                entry = cache._get(key)
-                if entry is not None:
-                    return entry
+            entry = cache._get(key)
+            if entry is not None:
+                return entry
         return None
 
     def trusted(self) -> bool:
@@ -208,34 +261,33 @@ class KernelCache:
         return not self._foreign
 
     def _get(self, key: str) -> Entry | None:
+        trusted = self.trusted()      # before the lock: deciding reads the file's stamps
         with self._lock:
-            if key in self._overlay:
+            if key in self._overlay:  # compiled in this process: found whatever the file is
                 return self._overlay[key]
-            row = self._query(lambda c: c.execute(
+            row = None if not trusted else self._query(lambda c: c.execute(
                 "SELECT name, arch, cubin, meta, checksum FROM kernels WHERE key = ?", (key,)).fetchone())
             if row is None:
                 return None
             name, arch, cubin, meta_json, checksum = row
             if cache_files.checksum(cubin, meta_json) != checksum:
                 warnings.warn(f"kernel cache entry {name} ({key[:12]}) failed its checksum; recompiling")
-                if not self.read_only:
-                    self._query(lambda c: c.execute("DELETE FROM kernels WHERE key = ?", (key,)))
+                self._write(lambda c: c.execute("DELETE FROM kernels WHERE key = ?", (key,)))
                 return None
             return Entry(key, name, arch, bytes(cubin), json.loads(meta_json))
 
     def put(self, key: str, name: str, arch: str, cubin: bytes, meta: dict) -> None:
         meta_json = json.dumps(meta, sort_keys=True)
         with self._lock:
-            if self.read_only:
+            if not self._write(lambda c: c.execute(
+                    "INSERT OR REPLACE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (key, name, arch, cubin, meta_json, cache_files.checksum(cubin, meta_json), time.time()))):
                 self._overlay[key] = Entry(key, name, arch, cubin, json.loads(meta_json))
                 return
-            self._query(lambda c: c.execute(
-                "INSERT OR REPLACE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key, name, arch, cubin, meta_json, cache_files.checksum(cubin, meta_json), time.time())))
             toolchain = meta.get("toolchain")
             if toolchain and toolchain not in self._stamped:   # once per process and toolchain
-                self._query(lambda c: c.execute("INSERT OR IGNORE INTO toolchains (identity, created) "
+                self._write(lambda c: c.execute("INSERT OR IGNORE INTO toolchains (identity, created) "
                                                 "VALUES (?, ?)", (toolchain, time.time())))
                 self._stamped.add(toolchain)
 
@@ -257,15 +309,15 @@ class KernelCache:
     # -- profiler winners: signature (JSON) -> choice (JSON) and the measured table ---------
 
     def get_winner(self, signature: str) -> tuple[dict, list] | None:
+        trusted = self.trusted()      # a foreign file's records are not ours either
         with self._lock:
             if signature in self._overlay_winners:
                 return self._overlay_winners[signature]
-            row = self._query(lambda c: c.execute(
+            row = None if not trusted else self._query(lambda c: c.execute(
                 "SELECT choice, table_json, checksum FROM winners WHERE signature = ?", (signature,)).fetchone()
                 if cache_files.has_table(c, "winners") else None)
         if row is None:   # a fleet's shipped files carry its profiler records too
-            return next((found for cache in self.shipped if cache.trusted()
-                         for found in [cache.get_winner(signature)] if found), None)
+            return next((found for cache in self.shipped for found in [cache.get_winner(signature)] if found), None)
         choice, table, checksum = row
         if cache_files.checksum(choice.encode(), signature + table) != checksum:
             warnings.warn(f"profiler record for {signature[:60]} failed its checksum; ignored")
@@ -275,20 +327,29 @@ class KernelCache:
     def put_winner(self, signature: str, choice: dict, table: list) -> None:
         choice_json, table_json = json.dumps(choice, sort_keys=True), json.dumps(table)
         with self._lock:
-            if self.read_only:
+            if not self._write(lambda c: c.execute(
+                    "INSERT OR REPLACE INTO winners (signature, choice, table_json, checksum, created) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (signature, choice_json, table_json,
+                     cache_files.checksum(choice_json.encode(), signature + table_json), time.time()))):
                 self._overlay_winners[signature] = (json.loads(choice_json), json.loads(table_json))
-                return
-            self._query(lambda c: c.execute(
-                "INSERT OR REPLACE INTO winners (signature, choice, table_json, checksum, created) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (signature, choice_json, table_json, cache_files.checksum(choice_json.encode(), signature + table_json),
-                 time.time())))
 
     def winners(self) -> list[tuple[str, dict]]:
+        """(signature, choice) of this file's profiler records; none from a foreign file."""
+        return [(sig, json.loads(choice)) for sig, choice, _ in self.records()] if self.trusted() else []
+
+    def records(self) -> list[tuple[str, str, str]]:
+        """(signature, choice JSON, table JSON) of every intact profiler record in this file,
+        whoever wrote it (for listing and merging; winners() and get_winner() serve)."""
         with self._lock:
-            rows = self._query(lambda c: c.execute("SELECT signature, choice FROM winners ORDER BY signature").fetchall()
-                               if cache_files.has_table(c, "winners") else [], [])
-        return [(sig, json.loads(choice)) for sig, choice in rows]
+            rows = self._query(lambda c: c.execute(
+                "SELECT signature, choice, table_json, checksum FROM winners ORDER BY signature").fetchall()
+                if cache_files.has_table(c, "winners") else [], [])
+        intact = [(sig, choice, table) for sig, choice, table, checksum in rows
+                  if cache_files.checksum(choice.encode(), sig + table) == checksum]
+        if len(intact) < len(rows):
+            warnings.warn(f"{self.path}: {len(rows) - len(intact)} profiler records failed their checksum; ignored")
+        return intact
 
     def rows(self):
         """(key, name, arch, bytes, checksum ok) for every stored entry."""
@@ -329,7 +390,7 @@ class KernelCache:
         with source._lock:
             rows = source._query(lambda c: c.execute(
                 "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall(), [])
-        records = [(sig, source.get_winner(sig)) for sig, _ in source.winners()]
+        winners = source.records()
         toolchains = source.toolchains()
         cache_files.foreign_to_us(source, "they are copied, but this version will not serve them")
         source.close()
@@ -339,7 +400,6 @@ class KernelCache:
                 warnings.warn(f"{other}: entry {row[1]} ({row[0][:12]}) failed its checksum; not merged")
             else:
                 intact.append(row)
-        winners = [(sig, json.dumps(rec[0], sort_keys=True), json.dumps(rec[1])) for sig, rec in records if rec]
         with self._lock:
             return self._query(lambda c: cache_files.insert_missing(c, intact, winners, toolchains), 0)
 

@@ -1,12 +1,20 @@
 """What the kernel cache does with a damaged SQLite file: recognize the damage, keep a copy
-for inspection (<name>.corrupt-<ns>), and start afresh. Standard library only."""
+for inspection (<name>.corrupt-<ns>), and start afresh; and which errors are a disk that
+refuses writes (full, a file size limit) rather than damage."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import sqlite3
 import time
 from pathlib import Path
+
+from .. import trust
+
+SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_NOTADB = 10, 11, 13, 26
 
 
 def is_corruption(exc: sqlite3.DatabaseError) -> bool:
@@ -14,25 +22,52 @@ def is_corruption(exc: sqlite3.DatabaseError) -> bool:
     if isinstance(exc, (sqlite3.OperationalError, sqlite3.IntegrityError, sqlite3.ProgrammingError)):
         return False
     code = getattr(exc, "sqlite_errorcode", None)
-    return code is None or code & 0xFF in (11, 26)
+    return code is None or code & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB)
+
+
+def is_write_refused(exc: sqlite3.DatabaseError) -> bool:
+    """The disk refused to write (SQLITE_FULL, SQLITE_IOERR: no space, RLIMIT_FSIZE, no room
+    for the -shm), not damage or contention: the file may still be read."""
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in (SQLITE_FULL, SQLITE_IOERR)
+
+
+@contextlib.contextmanager
+def taking_turns(path: Path, what: str):
+    """An exclusive lock every process of this user doing `what` to path takes (flock, dropped
+    with the process): a lock file in the user's private temp directory, named by where path
+    really is, never beside path (a shipped file's directory holds that file alone)."""
+    digest = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:24]
+    lock = trust.private_dir(trust.user_temp_dir() / f"{what}-locks") / f"{digest}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def aside_name(real: Path) -> Path:
     return real.with_name(f"{real.name}.corrupt-{time.time_ns()}")
 
 
-def move_aside(real: Path, still_ours: bool) -> Path:
-    """Rename a file no connection can read (and its WAL) aside; drop its shared memory.
-    still_ours=False: another process set it aside already, leave what is there now."""
-    aside = aside_name(real)
-    if still_ours:
+def move_aside(real: Path, identity: tuple[int, int] | None) -> Path | None:
+    """Rename the damaged file at real (and its WAL) aside and drop its shared memory; returns
+    where it went. Only the file whose trust.file_identity, taken before it was first opened,
+    is `identity`: where another process set that one aside first and started a fresh file,
+    the fresh one is left alone (None). Setting aside takes turns, so the check holds until the
+    rename (else a second opener of the damaged file would rename the first's fresh file)."""
+    with taking_turns(real, "set-aside"):
+        if identity is None or trust.file_identity(real) != identity:
+            return None
+        aside = aside_name(real)
         try:
             os.replace(real, aside)
-            os.replace(f"{real}-wal", f"{aside}-wal")
         except FileNotFoundError:
-            pass  # no WAL, or another process set the file aside first
+            return None   # removed meanwhile (not by a process setting it aside: they take turns)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{real}-wal", f"{aside}-wal")
         Path(f"{real}-shm").unlink(missing_ok=True)
-    return aside
+        return aside
 
 
 def empty_in_place(conn: sqlite3.Connection, real: Path, schema: str) -> Path:

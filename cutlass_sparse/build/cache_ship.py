@@ -9,13 +9,11 @@ replaced, never written through.
 """
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 from .. import trust
+from . import cache_repair
 from .cache import KernelCache
 
 SHIPPED_MODE = 0o444
@@ -23,26 +21,13 @@ SHIPPED_MODE = 0o444
 
 def ship(target: Path, sources: list[Path]) -> list[tuple[Path, int]]:
     """Write target from every intact entry of target (if it exists) and of the sources;
-    returns (source, entries it added) for each. Ships into one target take turns (a
-    lock file beside it), so one never replaces the other's entries."""
+    returns (source, entries it added) for each. Ships into one target take turns
+    (cache_repair.taking_turns), so one never replaces the other's entries."""
     target = Path(target)
     trust.make_cache_dir(target.parent)
     trust.check_cache_location(target)
-    lock = os.open(_lock_file(target), os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_repair.taking_turns(target, "ship"):
         return _ship(target, sources)
-    finally:
-        os.close(lock)
-
-
-def _lock_file(target: Path) -> Path:
-    """The lock ships into target take turns on: in a private directory of this user's (not
-    beside the shipped file, whose directory holds that file alone), named by where target
-    really is."""
-    base = trust.private_dir(Path(tempfile.gettempdir()) / f"cutlass_sparse-{os.geteuid()}")
-    digest = hashlib.sha256(os.path.realpath(target).encode()).hexdigest()[:24]
-    return trust.private_dir(base / "ship-locks") / f"{digest}.lock"
 
 
 def _ship(target: Path, sources: list[Path]) -> list[tuple[Path, int]]:

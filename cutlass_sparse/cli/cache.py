@@ -2,7 +2,8 @@
 
     ls       every kernel (key, arch, cubin bytes, checksum) and profiler record
     stats    counts by arch, bytes, entries failing their checksum
-    verify   drop entries that fail their checksum (exit 1 if there were any)
+    verify   drop entries that fail their checksum (exit 1 if there were any, or if the
+             file was too damaged to check and was set aside whole)
     clear    remove every kernel and profiler record
     merge    copy every intact entry of SOURCES that --path lacks (--path may be new);
              --ship: write --path as a file to ship to serving machines (one file in
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 
@@ -28,7 +30,7 @@ log = logging.getLogger("cutlass_sparse")
 ACTIONS = {
     "ls": "every kernel and profiler record",
     "stats": "counts by arch, bytes, entries failing their checksum",
-    "verify": "drop entries that fail their checksum (exit 1 if there were any)",
+    "verify": "drop entries that fail their checksum (exit 1 if there were any, or the file was damaged)",
     "clear": "remove every kernel and profiler record",
     "merge": "copy every intact entry of SOURCE files that --path lacks",
 }
@@ -73,7 +75,8 @@ def main(args) -> int:
 def _ls(cache: KernelCache, args) -> int:
     for key, name, arch, size, ok in cache.rows():
         print(f"{key[:12]}  {arch:7}  {size:>9}  {'ok ' if ok else 'BAD'}  {name}")
-    for signature, choice in cache.winners():
+    for signature, choice_json, _ in cache.records():   # whoever wrote them (winners() serves ours only)
+        choice = json.loads(choice_json)
         print(f"winner  {signature}  ->  {choice.get('name')} split {choice.get('split_k')}")
     return 0
 
@@ -85,7 +88,7 @@ def _stats(cache: KernelCache, args) -> int:
         by_arch[arch] = by_arch.get(arch, 0) + 1
     print(f"{cache.path}: {len(rows)} kernels, {sum(r[3] for r in rows) / 1e6:.1f} MB of cubins, "
           f"{sum(not r[4] for r in rows)} failing their checksum; by arch: {by_arch}; "
-          f"{len(cache.winners())} profiler records")
+          f"{len(cache.records())} profiler records")
     print(f"built by: {_built_by(cache)}")
     return 0
 
@@ -104,9 +107,15 @@ def _built_by(cache: KernelCache) -> str:
 
 
 def _verify(cache: KernelCache, args) -> int:
+    """Exit 1 where entries failed, or the file was too damaged to check: set aside whole
+    (every entry in it is gone from the cache), or unreadable (a read-only one)."""
     bad = cache.verify()
     print(f"{len(bad)} entries failed their checksum" + (" and were removed" if bad else ""))
-    return 1 if bad else 0
+    for aside in cache.moved_aside:
+        print(f"{cache.path} was damaged: moved it (every entry) to {aside} and started a fresh cache")
+    if not cache.readable:
+        print(f"{cache.path} is damaged or unreadable: nothing in it could be checked")
+    return 1 if bad or cache.moved_aside or not cache.readable else 0
 
 
 def _clear(cache: KernelCache, args) -> int:
