@@ -210,3 +210,28 @@ def test_a_single_column_x_reads_as_column_major():
     for family in ("sm80", "sm90"):
         assert selection.config_for_shape(4096, 1, 4096, "f16", "f16", "row", 132, family).layout_b == "col"
         assert selection.config_for_shape(4096, 2, 4096, "f16", "f16", "row", 132, family).layout_b == "row"
+
+
+@pytest.mark.parametrize("element, element_out, wide", [("e4m3", "bf16", (2, 1, 1)), ("s8", "s32", (1, 2, 1))])
+def test_4x1_cluster_tiles_only_up_to_512_tokens(element, element_out, wide):
+    """The 8-bit 128x256 tiles in 4x1 clusters won at the 512-token rows of many M tiles and
+    lost from 4096 tokens up (docs/sweep_8bit_picks_h100.log): the catalog's max_n keeps
+    them to N <= 512, and where a 2x1 cluster fits one wave and a 4x1 needs two, the cost
+    rule keeps the wider one."""
+    fam = catalog.load(catalog.for_element("sm90", element))
+    four = next(t for t in fam.tiles if t[0] == (128, 256, 128) and t[3] == (4, 1, 1))
+    assert fam.takes_n(four, 512) and not fam.takes_n(four, 1024)
+    assert selection.choose_sm90(14336, 512, 4096, 132, None, element, element_out)[0] == four
+    assert selection.choose_sm90(14336, 300, 4096, 132, None, element, element_out)[0] == four
+    assert selection.choose_sm90(14336, 4096, 4096, 132, None, element, element_out)[0][3] == wide
+    assert selection.choose_sm90(14336, 513, 4096, 132, None, element, element_out)[0] != four
+    assert selection.choose_sm90(8192, 512, 28672, 132, None, element, element_out)[0][3] == wide
+
+
+def test_a_catalog_tile_names_its_epilogue_subtile():
+    s8 = catalog.load("sm90_s8")
+    four = next(t for t in s8.tiles if t[3] == (4, 1, 1) and t[0] == (128, 256, 128))
+    config = s8.config(four, "s8", "s32", "col", 16, 4, reads_c=False)
+    assert config.epilogue_tile == (128, 16) and config.name.endswith("_epi128x16_noc")
+    assert catalog.find(config.name) == config
+    assert s8.config(s8.tiles[0], "s8", "s32", "col", 16, 4).epilogue_tile == ()

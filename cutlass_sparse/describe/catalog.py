@@ -45,6 +45,14 @@ class Family:
     # (tile, outputs it is limited to, why): a tile's own `outputs` in the catalog file
     limits: tuple[tuple[tuple, tuple[str, ...], str], ...] = ()
     fast_accum: bool = False     # fp8: CUTLASS's fast-accumulation schedules (SparseGemmConfig)
+    # (tile, epilogue subtile) where a tile names its own (SparseGemmConfig.epilogue_tile)
+    subtiles: tuple[tuple[tuple, tuple[int, int]], ...] = ()
+    # (tile, largest N) for tiles selection takes only up to that N (their sweeps' range)
+    max_n: tuple[tuple[tuple, int], ...] = ()
+
+    def takes_n(self, tile, n: int) -> bool:
+        """Whether selection may take this tile for problems of N up to n."""
+        return all(n <= most for limited, most in self.max_n if limited == tile)
 
     def allows(self, tile, element: str, element_out: str) -> bool:
         return self._refusal(tile, element, element_out) is None
@@ -70,7 +78,8 @@ class Family:
             alignment_c=alignment_c,
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
             cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler, fast_accum=self.fast_accum,
-            element_b="" if element_b == element else element_b, reads_c=reads_c)
+            element_b="" if element_b == element else element_b, reads_c=reads_c,
+            epilogue_tile=next((sub for limited, sub in self.subtiles if limited == tile), ()))
 
     def out_types(self, element: str, outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """'same' in the catalog is the input type."""
@@ -108,6 +117,8 @@ def load(family: str) -> Family:
         tiles=tuple(tile(t) for t in data["tile"]), fast_accum=data.get("fast_accum", False),
         limits=tuple((tile(t), tuple(t["outputs"]), t.get("why", "not offered")) for t in data["tile"]
                      if "outputs" in t),
+        subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
+        max_n=tuple((tile(t), t["max_n"]) for t in data["tile"] if "max_n" in t),
     )
 
 
@@ -116,16 +127,14 @@ def find(name: str, family: str | None = None) -> SparseGemmConfig:
     (an sm90 name may end in the suffixes of a kernel without C and of an epilogue subtile,
     as calls report them: `..._epi128x16_noc`)."""
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
-    base, changes = name, {}
-    if base.endswith("_noc"):
-        base, changes["reads_c"] = base[:-len("_noc")], False
-    subtile = re.search(r"_epi(\d+)x(\d+)$", base)
+    changes = {"reads_c": not name.endswith("_noc"), "epilogue_tile": ()}   # the name says both
+    subtile = re.search(r"_epi(\d+)x(\d+)(_noc)?$", name)
     if subtile:
-        base, changes["epilogue_tile"] = base[:subtile.start()], (int(subtile[1]), int(subtile[2]))
+        changes["epilogue_tile"] = (int(subtile[1]), int(subtile[2]))
     for fam in names:
         for config in load(fam).enumerate(widest_only=False):
-            if config.name == base:
-                found = dataclasses.replace(config, **changes) if changes else config
+            if config.name.split("_epi")[0] == name.split("_epi")[0]:   # same tile, types and layouts
+                found = dataclasses.replace(config, **changes)
                 if found.name == name:
                     return found
     raise ValueError(f"no configuration named {name!r} in catalog {family or 'sm80/sm90'!r}")

@@ -87,6 +87,8 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
             continue
         if tile[0][1] < 32 and n > tile[0][1]:   # 16-wide tiles: timed for decode (one N tile) only
             continue
+        if not family.takes_n(tile, n):
+            continue
         streamk = tile[5] == "streamk"
         if split_k is not None:
             choices = (split_k,) if (streamk or split_k == 1) else ()
