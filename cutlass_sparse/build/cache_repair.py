@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -32,12 +31,9 @@ def is_write_refused(exc: sqlite3.DatabaseError) -> bool:
 
 
 @contextlib.contextmanager
-def taking_turns(path: Path, what: str):
-    """An exclusive lock every process of this user doing `what` to path takes (flock, dropped
-    with the process): a lock file in the user's private temp directory, named by where path
-    really is, never beside path (a shipped file's directory holds that file alone)."""
-    digest = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:24]
-    lock = trust.private_dir(trust.user_temp_dir() / f"{what}-locks") / f"{digest}.lock"
+def taking_turns(lock: Path):
+    """Hold an exclusive flock on the file `lock` (created if need be, never through a link):
+    processes take turns, and a killed one leaves no stale lock."""
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -55,8 +51,10 @@ def move_aside(real: Path, identity: tuple[int, int] | None) -> Path | None:
     where it went. Only the file whose trust.file_identity, taken before it was first opened,
     is `identity`: where another process set that one aside first and started a fresh file,
     the fresh one is left alone (None). Setting aside takes turns, so the check holds until the
-    rename (else a second opener of the damaged file would rename the first's fresh file)."""
-    with taking_turns(real, "set-aside"):
+    rename (else a second opener of the damaged file would rename the first's fresh file).
+    The lock is beside the file (its directory is private and writable when it is set aside),
+    so every process using this file takes the same one, whatever its TMPDIR."""
+    with taking_turns(real.with_name(f".{real.name}.set-aside.lock")):
         if identity is None or trust.file_identity(real) != identity:
             return None
         aside = aside_name(real)

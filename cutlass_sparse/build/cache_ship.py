@@ -9,7 +9,9 @@ replaced, never written through.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from .. import trust
@@ -26,8 +28,17 @@ def ship(target: Path, sources: list[Path]) -> list[tuple[Path, int]]:
     target = Path(target)
     trust.make_cache_dir(target.parent)
     trust.check_cache_location(target)
-    with cache_repair.taking_turns(target, "ship"):
+    with cache_repair.taking_turns(_lock_file(target)):
         return _ship(target, sources)
+
+
+def _lock_file(target: Path) -> Path:
+    """The lock ships into target take turns on: in a private directory of this user's (not
+    beside the shipped file, whose directory holds that file alone), named by where target
+    really is."""
+    base = trust.private_dir(Path(tempfile.gettempdir()) / f"cutlass_sparse-{os.geteuid()}")
+    digest = hashlib.sha256(os.path.realpath(target).encode()).hexdigest()[:24]
+    return trust.private_dir(base / "ship-locks") / f"{digest}.lock"
 
 
 def _ship(target: Path, sources: list[Path]) -> list[tuple[Path, int]]:
