@@ -85,7 +85,11 @@ SM90_MEASURED = {
     (4096, 512, 4096): ((128, 128, 128), (1, 2, 1), "cooperative", 1),
     (11008, 512, 4096): ((128, 128, 128), (1, 2, 1), "cooperative", 1),
     (4096, 512, 14336): ((128, 128, 128), (1, 2, 1), "cooperative", 1),
-    (14336, 512, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 1),
+    (14336, 512, 4096): ((128, 256, 64), (4, 1, 1), "cooperative", 1),   # docs/sweep_8bit_picks_round2_h100.log
+    (6144, 512, 4096): ((128, 256, 64), (4, 1, 1), "cooperative", 1),
+    (28672, 512, 8192): ((128, 256, 64), (4, 1, 1), "cooperative", 1),
+    (8192, 512, 28672): ((128, 256, 64), (2, 1, 1), "cooperative", 1),
+    (14336, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
     (4096, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
     (11008, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 4),
     (4096, 4096, 11008): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
@@ -138,7 +142,7 @@ def test_a_tile_limited_to_some_outputs_is_refused_clearly_and_never_chosen(monk
     name = "x".join(map(str, wide[0]))
     with pytest.raises(ValueError, match=f"{name} tile .* no f32 output: one mainloop stage"):
         limited.config(wide, "f16", "f32", "row", 8, 4)
-    assert all(c.threadblock != wide[0] for c in limited.enumerate() if c.element_out == "f32")
+    assert all((c.threadblock, c.cluster) != (wide[0], wide[3]) for c in limited.enumerate() if c.element_out == "f32")
     for shape in [(4096, 4096, 4096), (256, 8192, 4096), (128, 16384, 1024)]:
         assert selection.choose_sm90(*shape, 132, None, "f16", "f32")[0] != wide
     assert selection.choose_sm90(4096, 4096, 4096, 132, None, "f16", "f16")[0] == wide
@@ -212,17 +216,20 @@ def test_a_single_column_x_reads_as_column_major():
         assert selection.config_for_shape(4096, 2, 4096, "f16", "f16", "row", 132, family).layout_b == "row"
 
 
-@pytest.mark.parametrize("element, element_out, wide", [("e4m3", "bf16", (2, 1, 1)), ("s8", "s32", (1, 2, 1))])
-def test_4x1_cluster_tiles_only_up_to_512_tokens(element, element_out, wide):
-    """The 8-bit 128x256 tiles in 4x1 clusters won at the 512-token rows of many M tiles and
-    lost from 4096 tokens up (docs/sweep_8bit_picks_h100.log): the catalog's max_n keeps
-    them to N <= 512, and where a 2x1 cluster fits one wave and a 4x1 needs two, the cost
-    rule keeps the wider one."""
+@pytest.mark.parametrize("element, element_out, tile, wide, at_256", [
+    ("e4m3", "bf16", (128, 256, 128), (2, 1, 1), True), ("s8", "s32", (128, 256, 128), (1, 2, 1), False),
+    ("f16", "f16", (128, 256, 64), (2, 1, 1), True), ("bf16", "bf16", (128, 256, 64), (2, 1, 1), True)])
+def test_4x1_cluster_tiles_only_up_to_512_tokens(element, element_out, tile, wide, at_256):
+    """The 128x256 tiles in 4x1 clusters won at the 512-token rows of many M tiles and lost
+    from 4096 tokens up (docs/sweep_8bit_picks_h100.log, docs/sweep_8bit_picks_round2_h100.log;
+    int8's also at N = 256): the catalog's min_n / max_n keep them to the N they won at,
+    and where a 2x1 cluster fits one wave and a 4x1 needs two, the cost rule keeps the 2x1."""
     fam = catalog.load(catalog.for_element("sm90", element))
-    four = next(t for t in fam.tiles if t[0] == (128, 256, 128) and t[3] == (4, 1, 1))
+    four = next(t for t in fam.tiles if t[0] == tile and t[3] == (4, 1, 1))
     assert fam.takes_n(four, 512) and not fam.takes_n(four, 1024)
-    assert selection.choose_sm90(14336, 512, 4096, 132, None, element, element_out)[0] == four
-    assert selection.choose_sm90(14336, 300, 4096, 132, None, element, element_out)[0] == four
+    for n in (300, 512):
+        assert selection.choose_sm90(14336, n, 4096, 132, None, element, element_out)[0] == four
+    assert (selection.choose_sm90(14336, 256, 4096, 132, None, element, element_out)[0] == four) == at_256
     assert selection.choose_sm90(14336, 4096, 4096, 132, None, element, element_out)[0][3] == wide
     assert selection.choose_sm90(14336, 513, 4096, 132, None, element, element_out)[0] != four
     assert selection.choose_sm90(8192, 512, 28672, 132, None, element, element_out)[0][3] == wide

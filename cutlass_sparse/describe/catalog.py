@@ -47,12 +47,13 @@ class Family:
     fast_accum: bool = False     # fp8: CUTLASS's fast-accumulation schedules (SparseGemmConfig)
     # (tile, epilogue subtile) where a tile names its own (SparseGemmConfig.epilogue_tile)
     subtiles: tuple[tuple[tuple, tuple[int, int]], ...] = ()
-    # (tile, largest N) for tiles selection takes only up to that N (their sweeps' range)
-    max_n: tuple[tuple[tuple, int], ...] = ()
+    # (tile, (least N, largest N)) for tiles selection takes only in that range of N (where
+    # their sweeps measured them ahead; catalog keys min_n and max_n)
+    n_bounds: tuple[tuple[tuple, tuple[int, float]], ...] = ()
 
     def takes_n(self, tile, n: int) -> bool:
-        """Whether selection may take this tile for problems of N up to n."""
-        return all(n <= most for limited, most in self.max_n if limited == tile)
+        """Whether selection may take this tile for N's range ending at n (selection.n_range)."""
+        return all(least <= n <= most for limited, (least, most) in self.n_bounds if limited == tile)
 
     def allows(self, tile, element: str, element_out: str) -> bool:
         return self._refusal(tile, element, element_out) is None
@@ -118,7 +119,8 @@ def load(family: str) -> Family:
         limits=tuple((tile(t), tuple(t["outputs"]), t.get("why", "not offered")) for t in data["tile"]
                      if "outputs" in t),
         subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
-        max_n=tuple((tile(t), t["max_n"]) for t in data["tile"] if "max_n" in t),
+        n_bounds=tuple((tile(t), (t.get("min_n", 1), t.get("max_n", float("inf")))) for t in data["tile"]
+                       if "min_n" in t or "max_n" in t),
     )
 
 
