@@ -2,6 +2,7 @@
 into one read-only file that serves with no compiles; shipped files searched after the
 writable cache; foreign versions detected; with compiling forbidden, the best cached
 kernel stands in. CPU only: NVRTC is replaced by a stand-in except in the one sm80 test."""
+import dataclasses
 import os
 import shutil
 import sqlite3
@@ -21,6 +22,7 @@ from cutlass_sparse.build import cache as cache_mod
 from cutlass_sparse.build import cache_ship, compiler, kernels, warmup
 from cutlass_sparse.build.cache import KernelCache
 from cutlass_sparse.cli import main as cli_main
+from cutlass_sparse.describe import catalog
 from cutlass_sparse.describe.problem import Problem
 from cutlass_sparse.plan import plans, present, presets
 
@@ -402,3 +404,32 @@ def test_warmup_shards_of_a_preset_cover_it_once():
     items = presets.items("llm-8192", ["sm_90a"])
     parts = [warmup.shard(items, i, 3) for i in range(3)]
     assert sorted(c.name for part in parts for c, _ in part) == sorted(c.name for c, _ in items)
+
+
+def test_a_serving_node_finds_its_fleets_profiler_records(monkeypatch, tmp_path):
+    """A profiler record in a shipped file after the writable one, and one kept in memory by
+    a read-only cache, are both found by records.recorded (which lists signatures once per
+    file through winners(), not only the first file's)."""
+    from cutlass_sparse.plan import records
+
+    d = private(tmp_path / "c")
+    fleet_sig = records.Signature("sm90", 4096, 512, 4096, "f16", "f16", "row", "identity", "H100", "9.0")
+    mine_sig = dataclasses.replace(fleet_sig, n=768)
+    choice = records.Choice("sm90", catalog.load("sm90").tiles[1])
+    fleet = KernelCache(d / "fleet.db")
+    fleet.put_winner(fleet_sig.key(), choice.to_json(), [])
+    fleet.close()
+    os.chmod(d / "fleet.db", 0o444)
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", f"{d}/own.db{os.pathsep}{d}/fleet.db")
+    records._recorded.cache_clear()
+    records._signatures.cache_clear()
+    assert records.recorded(fleet_sig) == choice
+    assert records.recorded(mine_sig) is None
+    monkeypatch.setattr(cache_mod, "_default", None)
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", f"{d}/fleet.db")   # the 0444 file alone: read-only
+    records._signatures.cache_clear()
+    records._recorded.cache_clear()
+    records.put_record(mine_sig, choice, [])            # kept in memory: the file cannot take it
+    assert records.recorded(mine_sig) == choice and records.recorded(fleet_sig) == choice
+    records._signatures.cache_clear()
+    records._recorded.cache_clear()

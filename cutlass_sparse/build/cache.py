@@ -335,8 +335,16 @@ class KernelCache:
                 self._overlay_winners[signature] = (json.loads(choice_json), json.loads(table_json))
 
     def winners(self) -> list[tuple[str, dict]]:
-        """(signature, choice) of this file's profiler records; none from a foreign file."""
-        return [(sig, json.loads(choice)) for sig, choice, _ in self.records()] if self.trusted() else []
+        """(signature, choice) of every profiler record get_winner serves: this file's (none
+        from a foreign file), those kept in memory (a read-only or full cache), then each
+        shipped file's, so a serving node finds its fleet's records."""
+        with self._lock:
+            found = [(sig, choice) for sig, (choice, _) in self._overlay_winners.items()]
+        if self.trusted():
+            found += [(sig, json.loads(choice)) for sig, choice, _ in self.records()]
+        for cache in self.shipped:
+            found += cache.winners()
+        return found
 
     def records(self) -> list[tuple[str, str, str]]:
         """(signature, choice JSON, table JSON) of every intact profiler record in this file,
