@@ -61,3 +61,33 @@ def test_a_capture_that_needs_the_conversion_first_converts_for_itself(x):
     out.zero_()
     graph.replay()
     assert relative_error(out, w, x) < 2e-2
+
+
+def test_setup_buffers_read_on_another_stream_stay_until_that_launch_is_done(x, monkeypatch):
+    """A launch whose Params the setup wrote into a buffer from one stream's pool, launched on
+    another stream: evicted meanwhile, the buffer would go back to the first stream's pool
+    while the GEMM still reads it (review of session 19, item 8). It is kept until then."""
+    import cupy
+
+    from cutlass_sparse.launch import sm90
+
+    w, sw = fresh_weight(5)
+    family = cs.plan(sw, x).family_plan
+    monkeypatch.setattr(family, "_from_host", lambda *args: None)   # build: Params in a device buffer
+    built_on, reader = torch.cuda.Stream(), torch.cuda.Stream()
+    y = torch.empty(4096, 4096, device="cuda", dtype=torch.float16)
+    pointers = (x.data_ptr(), y.data_ptr(), y.data_ptr())
+    ready = family.ready(sw, pointers, None, cupy.cuda.ExternalStream(built_on.cuda_stream))
+    assert not ready.by_value and ready.stream == built_on.cuda_stream
+    reader.wait_stream(built_on)
+    before = len(sm90._read_elsewhere)
+    with torch.cuda.stream(reader):
+        torch.cuda._sleep(50_000_000)   # the GEMM queues behind this
+        family.launch(ready, cupy.cuda.ExternalStream(reader.cuda_stream))
+    assert len(sm90._read_elsewhere) == before + 1   # held while the GEMM is queued
+    reader.synchronize()
+    sm90._read_elsewhere.drop_done()
+    assert len(sm90._read_elsewhere) == 0
+    family.launch(ready, cupy.cuda.ExternalStream(built_on.cuda_stream))   # its own stream: nothing kept
+    assert len(sm90._read_elsewhere) == 0
+    assert relative_error(y, w, x) < 2e-2

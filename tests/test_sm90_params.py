@@ -134,3 +134,30 @@ def test_a_host_record_holds_its_own_kernel_params():
     assert params == ctypes.addressof(record) and params <= from_device < address < params + ctypes.sizeof(record)
     assert ctypes.c_uint64.from_address(from_device).value == 0 and from_device % 8 == 0
     assert ctypes.string_at(params, 100) == arrived[:8] + (0x1111).to_bytes(8, "little") + arrived[16:]
+
+
+def test_an_evicted_template_keeps_its_copy_until_it_lands(monkeypatch):
+    """A Template evicted before its device-to-host copy landed must not drop the Copy: its
+    pinned memory would go back to CuPy's pinned pool (which checks no events) while the DMA
+    still writes into it (review of session 19, item 12)."""
+    from cutlass_sparse.launch import sm90_params
+
+    class Pending:
+        landed_yet = False
+
+        def done(self):
+            return self.landed_yet
+
+    monkeypatch.setattr(sm90_params, "MAX_TEMPLATES", 1)
+    monkeypatch.setattr(sm90_params, "_templates", sm90_params.OrderedDict())
+    monkeypatch.setattr(sm90_params, "_in_flight", [])
+    first, landed = Pending(), Pending()
+    landed.landed_yet = True
+    sm90_params._keep(("a",), sm90_params.Template(first, 0, 8))
+    sm90_params._keep(("b",), sm90_params.Template(landed, 0, 8))   # evicts a: not landed, kept
+    assert sm90_params._in_flight == [first] and sm90_params.template(("a",)) is None
+    sm90_params._keep(("c",), sm90_params.Template(Pending(), 0, 8))   # evicts b: landed, dropped
+    assert sm90_params._in_flight[0] is first and landed not in sm90_params._in_flight
+    first.landed_yet = True
+    sm90_params._keep(("d",), sm90_params.Template(landed, 0, 8))
+    assert first not in sm90_params._in_flight

@@ -29,7 +29,7 @@ from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
-from . import device, graphs, modules, pdl, sm90_metadata, sm90_params, sm90_prepare
+from . import device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .sm90_ready import Ready
 from .staging import KeptBuffers, copy_lines, copy_rows, stage
@@ -55,6 +55,9 @@ RASTER = 0
 # repeats its pointers (a plan, a benchmark, a weight applied to the same buffers) reuses
 # the launch made last time.
 PARAMS_PER_PLAN = 64
+# Setup buffers (device Params, stream-K workspaces) launched on a stream other than the one
+# whose pool they came from, each kept until that launch is done (launch)
+_read_elsewhere = retiring.Retiring()
 
 
 def _next_nonce() -> int:
@@ -260,12 +263,13 @@ class Sm90Plan:
 
     def launch(self, ready: Ready, stream=None) -> None:
         """The GEMM on `stream` or the current stream (after zeroing its stream-K barriers, if any)."""
-        if not ready.by_value or ready.workspace is not None:
+        reads_buffers = not ready.by_value or ready.workspace is not None
+        if reads_buffers:
             import cupy
 
             stream = stream or cupy.cuda.get_current_stream()
             # buffers this launch reads: a graph capturing it keeps them past their eviction here
-            graphs.hold(stream.ptr, ready.params, ready.workspace)
+            captured = graphs.hold(stream.ptr, ready.params, ready.workspace)
             offset, nbytes = ready.barrier
             if nbytes:   # the reduction's turnstiles count up during a launch; each starts from zero
                 cupy.cuda.runtime.memsetAsync(ready.workspace.data.ptr + offset, 0, nbytes, stream.ptr)
@@ -273,6 +277,10 @@ class Sm90Plan:
         if gemm is None:   # the loaded entry, looked up once per plan
             gemm = self._gemm = self.loaded.entry(self.problem.device_id)
         gemm(ready.grid, ready.arguments, stream, ready.by_value)
+        if reads_buffers and stream.ptr != ready.stream and not captured:
+            # freed after an eviction, they would go back to their own stream's pool while this GEMM
+            # still reads them: kept until it is done
+            _read_elsewhere.add((ready.params, ready.workspace), (stream.ptr,))
 
     def _host_key(self, pointers, scales) -> tuple:
         """What a host copy of Params is kept under: kernel, device, the setup block without
@@ -368,7 +376,8 @@ class Sm90Plan:
         from_device = ctypes.c_uint64(params.data.ptr)
         arguments = pdl.kernel_params(placeholder, from_device)
         return Ready(ctypes.addressof(arguments), prepared.grid, (arguments, placeholder, from_device), False,
-                     workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured)
+                     workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured,
+                     (stream or cupy.cuda.get_current_stream()).ptr)
 
     def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)

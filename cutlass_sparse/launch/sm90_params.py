@@ -107,6 +107,11 @@ class Copy:
         self._event = cupy.cuda.Event(disable_timing=True)
         self._event.record(stream)
 
+    def done(self) -> bool:
+        """Whether the copy has landed (asked in relaxed capture mode; never waits)."""
+        event = self._event
+        return event is None or events.done(event)
+
     def landed(self, stream=None) -> int | None:
         """The host address of the copy once it has landed (never waits), else None; None
         while `stream` (the launching CuPy stream; default the current one) captures a
@@ -140,11 +145,19 @@ class Template:
         return self.bytes
 
 
+# Copies whose Template was evicted before they landed: their pinned memory goes back to
+# CuPy's pinned pool, which checks no events, only once the DMA into it is done.
+_in_flight: list[Copy] = []
+
+
 def _keep(key: tuple, made: Template) -> None:
     with _lock:
         _templates.setdefault(key, made)
         while len(_templates) > MAX_TEMPLATES:
-            _templates.popitem(last=False)
+            copy = _templates.popitem(last=False)[1]._copy
+            if copy is not None:
+                _in_flight.append(copy)
+        _in_flight[:] = [copy for copy in _in_flight if not copy.done()]
 
 
 def template(key: tuple) -> Template | None:

@@ -19,3 +19,4 @@ class Ready:
     barrier: tuple[int, int] = (0, 0)   # (byte offset, bytes) to zero before each launch
     params: object = None               # the setup's device buffer, kept alive while used
     captured: bool = False              # built in a graph capture: its Params exist after a replay only
+    stream: int = 0                     # the stream whose memory pool gave params and workspace

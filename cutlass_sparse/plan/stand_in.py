@@ -24,14 +24,14 @@ import threading
 import time
 import weakref
 
-from .. import env, events
+from .. import env
 from ..build import background, kernels
 from ..describe import dtypes
 from ..describe.problem import Problem
 from ..formats import sm80_layout
 from ..formats.matrices import SparseMatrix
 from ..formats.patterns import LAYOUT_SM80, host_available_bytes
-from ..launch import graphs
+from ..launch import graphs, retiring
 from . import plans
 
 log = logging.getLogger("cutlass_sparse")
@@ -47,10 +47,10 @@ _started: dict[tuple, float] = {}         # (kernel, arch) compiling -> when it 
 _failed: set[tuple] = set()               # (kernel, arch) whose stand-in ended in a failure
 _sm80_weights: dict[int, SparseMatrix] = {}   # id(sm90 matrix) -> its sm80 copy
 _weight_streams: dict[int, set[int]] = {}     # id(sm90 matrix) -> streams whose calls read the copy
-# sm80 copies no stand-in needs any more, each with an event per stream that read it: freed
+# sm80 copies no stand-in needs any more, each behind an event per stream that read it: freed
 # at once, a copy's memory would go back to its first stream's pool while GEMMs queued on
 # the others still read it
-_retiring: list[tuple[SparseMatrix, dict]] = []
+_retiring = retiring.Retiring()
 _last_look = 0.0
 _lock = threading.RLock()
 
@@ -149,8 +149,7 @@ def _look(now: bool = False) -> None:
     if not now and moment - _last_look < CHECK_EVERY_S:
         return
     _last_look = moment
-    with _lock:
-        _drop_retired()
+    _retiring.drop_done()
     pending = list(_started.items()) + [(k, None) for k in list(_queued)]
     for kernel, started in pending:
         try:
@@ -195,32 +194,9 @@ def _end(kernel: tuple, why: str, failed: bool) -> None:
 def _retire_weights() -> None:
     """Move every sm80 copy to _retiring (under _lock)."""
     for key, weight in _sm80_weights.items():
-        _retiring.append((weight, dict.fromkeys(_weight_streams.get(key, ()))))
+        _retiring.add(weight, _weight_streams.get(key, ()))
     _sm80_weights.clear()
     _weight_streams.clear()
-    _drop_retired()
-
-
-def _drop_retired() -> None:
-    """Free the retiring copies that no queued GEMM reads any more (under _lock): an event
-    recorded on each stream that read one (not into a graph that stream captures: later),
-    the copy dropped once all of them are done."""
-    if not _retiring:
-        return
-    import cupy
-
-    for entry in list(_retiring):
-        waits = entry[1]
-        for ptr, event in waits.items():
-            if event is None and not graphs.capturing(ptr):
-                event = cupy.cuda.Event(disable_timing=True)
-                try:
-                    cupy.cuda.runtime.eventRecord(event.ptr, ptr)
-                except cupy.cuda.runtime.CUDARuntimeError:   # a destroyed stream: nothing queued there
-                    pass
-                waits[ptr] = event
-        if all(e is not None and events.done(e) for e in waits.values()):
-            _retiring.remove(entry)
 
 
 def sm80_weight(sw: SparseMatrix, kernel: tuple) -> SparseMatrix | None:
