@@ -73,7 +73,8 @@ def test_setup_buffers_read_on_another_stream_stay_until_that_launch_is_done(x, 
 
     w, sw = fresh_weight(5)
     family = cs.plan(sw, x).family_plan
-    monkeypatch.setattr(family, "_from_host", lambda *args: None)   # build: Params in a device buffer
+    monkeypatch.setattr(family, "_from_host", lambda *args: None)   # build: Params in a device buffer,
+    monkeypatch.setattr(family, "_readies", type(family._readies)())  # not a launch kept by earlier tests
     built_on, reader = torch.cuda.Stream(), torch.cuda.Stream()
     y = torch.empty(4096, 4096, device="cuda", dtype=torch.float16)
     pointers = (x.data_ptr(), y.data_ptr(), y.data_ptr())
