@@ -47,16 +47,21 @@ ROUND2 = {"e4m3": [(11008, 256, 4096), (14336, 256, 4096), (28672, 256, 8192)],
           "f16": [(m, n, k) for m, n, k in bench.LLM_SHAPES + [(11008, 512, 4096), (4096, 512, 4096)]
                   if n == 512] + [(14336, 256, 4096), (14336, 4096, 4096), (28672, 4096, 8192)]}
 ROUND2["s8"], ROUND2["bf16"] = ROUND2["e4m3"], ROUND2["f16"][:5]
+# `--round 3`: the 128x128 tile of the rows with few M tiles (M = 4096, 11008 at 512 tokens)
+# in 1x2 clusters (A multicast, today's pick) against 2x1 (B multicast)
+ROUND3_SHAPES = [(4096, 512, 4096), (4096, 512, 14336), (11008, 512, 4096), (4096, 256, 4096)]
+ROUND3 = {d: [((128, 128, 256 if d in ("e4m3", "s8") else 128), c, CO, ()) for c in ((1, 2, 1), (2, 1, 1))]
+          for d in CANDIDATES}
 
 
-def configs(dtype):
+def configs(dtype, round_=1):
     family = catalog.load(catalog.for_element("sm90", dtype))
     out, alignment_c, scales, layout = OUT[dtype]
     base = family.config(family.tiles[0], dtype, out, layout, alignment_c if layout == "row" else 16, alignment_c,
                          reads_c=False)
     base = dataclasses.replace(base, layout_c=layout, scales=scales)
     return [dataclasses.replace(base, threadblock=tb, cluster=cluster, schedule=schedule, epilogue_tile=epi)
-            for tb, cluster, schedule, epi in CANDIDATES[dtype]]
+            for tb, cluster, schedule, epi in (ROUND3 if round_ == 3 else CANDIDATES)[dtype]]
 
 
 def label(config):
@@ -65,7 +70,7 @@ def label(config):
             f"{config.schedule[:4]} epi {epi:6} swz{config.swizzle}")
 
 
-def sweep(dtype, shapes, rng):
+def sweep(dtype, shapes, rng, round_=1):
     import cupy
 
     import cutlass_sparse as cs
@@ -117,7 +122,7 @@ def sweep(dtype, shapes, rng):
             if name in peer:
                 tflops[name] = flops / reference.kernel_median_ms(peer[name]) / 1e9
                 print(f"  {name:40s} {tflops[name]:7.0f} TFLOP/s", flush=True)
-        for config in configs(dtype):
+        for config in configs(dtype, round_):
             config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(
                 config.threadblock, m, n, problem.sm_count, catalog.load(catalog.for_element("sm90", dtype)).swizzle))
             try:
@@ -149,11 +154,11 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2],
-                        help="1: the n >= 512 rows of the bench; 2: ROUND2's rows")
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3],
+                        help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
-        items = [(c, "sm_90a") for d in args.dtypes for c in configs(d)]
+        items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
         for name, _, status, seconds in warmup.compile_all(items, None, args.jobs):
             print(f"{status[:200]:12} {seconds:6.1f} s {name}", flush=True)
         return
@@ -161,7 +166,7 @@ def main():
 
     rng = cupy.random.default_rng(0)
     for dtype in args.dtypes:
-        sweep(dtype, SHAPES if args.round == 1 else ROUND2[dtype], rng)
+        sweep(dtype, {1: SHAPES, 3: ROUND3_SHAPES}.get(args.round) or ROUND2[dtype], rng, args.round)
 
 
 if __name__ == "__main__":
