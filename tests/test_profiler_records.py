@@ -107,3 +107,28 @@ def test_signature_tells_x_types_apart_and_keeps_earlier_keys():
     e5m2 = replace(SIGNATURE, element="e4m3", element_x="e5m2")
     assert e5m2.key() != replace(SIGNATURE, element="e4m3").key()
     assert profiler.Signature(**json.loads(e5m2.key())) == e5m2
+
+
+@pytest.mark.parametrize("element_out", ["s32", "bf16"])
+def test_profiler_candidates_take_each_tiles_own_epilogue_subtile(element_out):
+    """The profiler builds each candidate from the selected configuration: the int8 4x1 tile
+    selected at 512 tokens names a 128x16 subtile, which no other tile may inherit (it does
+    not divide 64x64, say), and the 4x1 candidate keeps it wherever it is not the selected one."""
+    from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.profiler.tune import candidate_configs
+
+    s8 = catalog.load("sm90_s8")
+    four = next(t for t in s8.tiles if t[3] == (4, 1, 1) and t[0] == (128, 256, 128))
+    for n in (512, 4096):
+        problem = Problem.contiguous("sm90", 14336, n, 4096, element="s8", element_out=element_out, layout_b="col")
+        configs = candidate_configs(profiler.candidates("sm90", 4096, "s8", element_out), problem)
+        for config in configs:
+            wanted = (128, 16) if (config.threadblock, config.cluster) == (four[0], four[3]) else ()
+            assert config.epilogue_tile == wanted, config.name
+
+
+def test_a_tiles_least_n_starts_a_range_of_n():
+    assert catalog._n_bounds({"threadblock": [1], "min_n": 257, "max_n": 512}, "x.toml") == (257, 512)
+    assert catalog._n_bounds({"threadblock": [1], "max_n": 512}, "x.toml") == (1, 512)
+    with pytest.raises(ValueError, match="min_n = 300: 1, or one more than a power of two"):
+        catalog._n_bounds({"threadblock": [1], "min_n": 300}, "x.toml")

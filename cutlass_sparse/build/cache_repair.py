@@ -54,7 +54,11 @@ def move_aside(real: Path, identity: tuple[int, int] | None) -> Path | None:
     rename (else a second opener of the damaged file would rename the first's fresh file).
     The lock is beside the file (its directory is private and writable when it is set aside),
     so every process using this file takes the same one, whatever its TMPDIR."""
-    with taking_turns(real.with_name(f".{real.name}.set-aside.lock")):
+    with contextlib.ExitStack() as turn:
+        try:
+            turn.enter_context(taking_turns(real.with_name(f".{real.name}.set-aside.lock")))
+        except OSError:   # no room for the lock file (a full disk): the identity check alone
+            pass
         if identity is None or trust.file_identity(real) != identity:
             return None
         aside = aside_name(real)

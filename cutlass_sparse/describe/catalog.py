@@ -51,6 +51,10 @@ class Family:
     # their sweeps measured them ahead; catalog keys min_n and max_n)
     n_bounds: tuple[tuple[tuple, tuple[int, float]], ...] = ()
 
+    def subtile(self, tile) -> tuple[int, ...]:
+        """The epilogue subtile the catalog names for this tile (() = CUTLASS's choice)."""
+        return next((sub for limited, sub in self.subtiles if limited == tile), ())
+
     def takes_n(self, tile, n: int) -> bool:
         """Whether selection may take this tile for N's range ending at n (selection.n_range)."""
         return all(least <= n <= most for limited, (least, most) in self.n_bounds if limited == tile)
@@ -80,7 +84,7 @@ class Family:
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
             cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler, fast_accum=self.fast_accum,
             element_b="" if element_b == element else element_b, reads_c=reads_c,
-            epilogue_tile=next((sub for limited, sub in self.subtiles if limited == tile), ()))
+            epilogue_tile=self.subtile(tile))
 
     def out_types(self, element: str, outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """'same' in the catalog is the input type."""
@@ -97,6 +101,17 @@ class Family:
                 if self.allows(tile, element, element_out):
                     out.append(self.config(tile, element, element_out, layout_b, ab, ac))
         return out
+
+
+def _n_bounds(tile: dict, path) -> tuple[int, float]:
+    """A tile's (min_n, max_n). Selection asks with the end of N's range (selection.n_range:
+    N up to 16, then (16, 32], (32, 64], ...), so min_n must start a range: 1, or one more
+    than a power of two from 16 up."""
+    least, most = tile.get("min_n", 1), tile.get("max_n", float("inf"))
+    if least != 1 and not (least - 1 >= 16 and (least - 1) & (least - 2) == 0):
+        raise ValueError(f"{path}: tile {tile['threadblock']} min_n = {least}: 1, or one more than a power "
+                         f"of two from 16 up (17, 33, 65, ...: where a range of N starts)")
+    return least, most
 
 
 @functools.cache
@@ -119,9 +134,12 @@ def load(family: str) -> Family:
         limits=tuple((tile(t), tuple(t["outputs"]), t.get("why", "not offered")) for t in data["tile"]
                      if "outputs" in t),
         subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
-        n_bounds=tuple((tile(t), (t.get("min_n", 1), t.get("max_n", float("inf")))) for t in data["tile"]
-                       if "min_n" in t or "max_n" in t),
+        n_bounds=tuple((tile(t), _n_bounds(t, path)) for t in data["tile"] if "min_n" in t or "max_n" in t),
     )
+
+
+# What a name adds after a catalog configuration's own: an epilogue subtile, no C
+_SUFFIXES = re.compile(r"(_epi\d+x\d+)?(_noc)?$")
 
 
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
@@ -130,12 +148,13 @@ def find(name: str, family: str | None = None) -> SparseGemmConfig:
     as calls report them: `..._epi128x16_noc`)."""
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
     changes = {"reads_c": not name.endswith("_noc"), "epilogue_tile": ()}   # the name says both
+    base = _SUFFIXES.sub("", name)
     subtile = re.search(r"_epi(\d+)x(\d+)(_noc)?$", name)
     if subtile:
         changes["epilogue_tile"] = (int(subtile[1]), int(subtile[2]))
     for fam in names:
         for config in load(fam).enumerate(widest_only=False):
-            if config.name.split("_epi")[0] == name.split("_epi")[0]:   # same tile, types and layouts
+            if _SUFFIXES.sub("", config.name) == base:   # the catalog's name for it, before the suffixes
                 found = dataclasses.replace(config, **changes)
                 if found.name == name:
                     return found

@@ -280,7 +280,7 @@ class Sm90Plan:
         if reads_buffers and stream.ptr != ready.stream and not captured:
             # freed after an eviction, they would go back to their own stream's pool while this GEMM
             # still reads them: kept until it is done
-            _read_elsewhere.add((ready.params, ready.workspace), (stream.ptr,))
+            _read_elsewhere.add((ready.params, ready.workspace), (stream.ptr,), self.problem.device_id)
 
     def _host_key(self, pointers, scales) -> tuple:
         """What a host copy of Params is kept under: kernel, device, the setup block without

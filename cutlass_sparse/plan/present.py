@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..build import kernels
 from ..build.compiler import CompileError
-from ..describe import selection
+from ..describe import catalog, selection
 from ..describe.arith import cdiv
 from ..describe.problem import Problem
 
@@ -51,13 +51,18 @@ def _candidates(wanted, arch: str) -> list:
 
 
 def _rank(config, wanted, p: Problem) -> tuple:
-    """Same layout of x first (no staging copy), then the selection heuristic's cost, then
-    wider vectors."""
+    """Tiles the catalog offers for this N first, then the same layout of x (no staging
+    copy), then the selection heuristic's cost, then wider vectors."""
+    outside = False
     if config.family == "sm90":
         cost = selection.sm90_tile_cost(config.threadblock, config.cluster, 1, p.m, p.n, p.k, p.sm_count)
+        # a tile the catalog keeps to other N (min_n, max_n) only where nothing else is cached
+        fam = catalog.load(catalog.for_element("sm90", config.element))
+        outside = not any(fam.takes_n(t, selection.n_range(p.n)) for t in fam.tiles
+                          if (t[0], t[3], t[4]) == (config.threadblock, config.cluster, config.schedule))
     else:
         cost = selection.cost(config.threadblock, cdiv(p.m, 32) * 32, p.n, p.k, p.sm_count)
-    return config.layout_b != wanted.layout_b, cost, -config.alignment_b, -config.alignment_c, config.name
+    return outside, config.layout_b != wanted.layout_b, cost, -config.alignment_b, -config.alignment_c, config.name
 
 
 def _say(problem: Problem, wanted, used) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .. import reference
 from ..build import warmup
-from ..describe import dtypes, selection
+from ..describe import catalog, dtypes, selection
 from ..describe.description import ReductionConfig
 from ..describe.problem import Epilogue, Operand, Problem, Split
 from ..plan import plans
@@ -101,7 +101,9 @@ def candidate_configs(choices, problem: Problem) -> list:
     for choice in choices:
         tb, warps, stages, cluster, schedule, scheduler = choice.tile
         config = dataclasses.replace(base, threadblock=tb, warps=warps, stages=stages, cluster=cluster,
-                                     schedule=schedule, tile_scheduler=scheduler, activation=activation)
+                                     schedule=schedule, tile_scheduler=scheduler, activation=activation,
+                                     epilogue_tile=catalog.load(catalog.for_element(choice.family, p.element))
+                                     .subtile(choice.tile))
         if choice.family == "sm80":
             split = Split(choice.split_k, choice.split_k_mode)
             config = selection.gemm_variant(config, split, activation)
