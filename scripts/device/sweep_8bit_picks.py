@@ -50,6 +50,11 @@ ROUND2["s8"], ROUND2["bf16"] = ROUND2["e4m3"], ROUND2["f16"][:5]
 # `--round 3`: the 128x128 tile of the rows with few M tiles (M = 4096, 11008 at 512 tokens)
 # in 1x2 clusters (A multicast, today's pick) against 2x1 (B multicast)
 ROUND3_SHAPES = [(4096, 512, 4096), (4096, 512, 14336), (11008, 512, 4096), (4096, 256, 4096)]
+# `--round 4`: the 128x256 tiles in 2x1 (1x2 for s8's 256x128) against 4x1 clusters at 1024
+# and 2048 tokens, above the N the 4x1 tiles are limited to (max_n 512)
+ROUND4_SHAPES = [(6144, 1024, 4096), (14336, 1024, 4096), (28672, 1024, 8192), (14336, 2048, 4096)]
+ROUND4 = {d: CANDIDATES[d][:2] for d in ("e4m3", "f16", "bf16")}
+ROUND4["s8"] = [CANDIDATES["s8"][0], CANDIDATES["s8"][2]]
 ROUND3 = {d: [((128, 128, 256 if d in ("e4m3", "s8") else 128), c, CO, ()) for c in ((1, 2, 1), (2, 1, 1))]
           for d in CANDIDATES}
 
@@ -61,7 +66,7 @@ def configs(dtype, round_=1):
                          reads_c=False)
     base = dataclasses.replace(base, layout_c=layout, scales=scales)
     return [dataclasses.replace(base, threadblock=tb, cluster=cluster, schedule=schedule, epilogue_tile=epi)
-            for tb, cluster, schedule, epi in (ROUND3 if round_ == 3 else CANDIDATES)[dtype]]
+            for tb, cluster, schedule, epi in {3: ROUND3, 4: ROUND4}.get(round_, CANDIDATES)[dtype]]
 
 
 def label(config):
@@ -154,8 +159,8 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3],
-                        help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES")
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4],
+                        help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; 4: ROUND4's at ROUND4_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
@@ -166,7 +171,8 @@ def main():
 
     rng = cupy.random.default_rng(0)
     for dtype in args.dtypes:
-        sweep(dtype, {1: SHAPES, 3: ROUND3_SHAPES}.get(args.round) or ROUND2[dtype], rng, args.round)
+        sweep(dtype, {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES}.get(args.round) or ROUND2[dtype], rng,
+              args.round)
 
 
 if __name__ == "__main__":
