@@ -55,6 +55,10 @@ ROUND3_SHAPES = [(4096, 512, 4096), (4096, 512, 14336), (11008, 512, 4096), (409
 ROUND4_SHAPES = [(6144, 1024, 4096), (14336, 1024, 4096), (28672, 1024, 8192), (14336, 2048, 4096)]
 ROUND4 = {d: CANDIDATES[d][:2] for d in ("e4m3", "f16", "bf16")}
 ROUND4["s8"] = [CANDIDATES["s8"][0], CANDIDATES["s8"][2]]
+# `--round 5`: the library's kernel at swizzles 1, 2, 4 and 8 where N has few tiles
+ROUND5_SHAPES = {"s8": [(14336, 1024, 4096), (28672, 1024, 8192), (8192, 1024, 8192), (14336, 2048, 4096),
+                        (6144, 4096, 4096)],
+                 "f16": [(14336, 2048, 4096), (28672, 1024, 8192), (8192, 2048, 8192)]}
 ROUND3 = {d: [((128, 128, 256 if d in ("e4m3", "s8") else 128), c, CO, ()) for c in ((1, 2, 1), (2, 1, 1))]
           for d in CANDIDATES}
 
@@ -127,9 +131,14 @@ def sweep(dtype, shapes, rng, round_=1):
             if name in peer:
                 tflops[name] = flops / reference.kernel_median_ms(peer[name]) / 1e9
                 print(f"  {name:40s} {tflops[name]:7.0f} TFLOP/s", flush=True)
-        for config in configs(dtype, round_):
-            config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(
-                config.threadblock, m, n, problem.sm_count, catalog.load(catalog.for_element("sm90", dtype)).swizzle))
+        if round_ == 5:   # the library's own kernel at each swizzle
+            chosen = plans.get(problem).config
+            swept = [dataclasses.replace(chosen, swizzle=z) for z in (1, 2, 4, 8)]
+        else:             # each candidate at the swizzle the rule gives its tile
+            default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
+            swept = [dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
+                                                                           default)) for c in configs(dtype, round_)]
+        for config in swept:
             try:
                 plan = plans.make(problem, config)
                 y.fill(0)
@@ -159,8 +168,8 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4],
-                        help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; 4: ROUND4's at ROUND4_SHAPES")
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5],
+                        help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; 4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
@@ -171,8 +180,8 @@ def main():
 
     rng = cupy.random.default_rng(0)
     for dtype in args.dtypes:
-        sweep(dtype, {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES}.get(args.round) or ROUND2[dtype], rng,
-              args.round)
+        shapes = {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES, 5: ROUND5_SHAPES.get(dtype, [])}.get(args.round)
+        sweep(dtype, ROUND2[dtype] if shapes is None else shapes, rng, args.round)
 
 
 if __name__ == "__main__":
