@@ -216,22 +216,24 @@ def test_a_single_column_x_reads_as_column_major():
         assert selection.config_for_shape(4096, 2, 4096, "f16", "f16", "row", 132, family).layout_b == "row"
 
 
-@pytest.mark.parametrize("element, element_out, tile, wide, at_256", [
-    ("e4m3", "bf16", (128, 256, 128), (2, 1, 1), True), ("s8", "s32", (128, 256, 128), (1, 2, 1), False),
-    ("f16", "f16", (128, 256, 64), (2, 1, 1), True), ("bf16", "bf16", (128, 256, 64), (2, 1, 1), True)])
-def test_4x1_cluster_tiles_only_up_to_512_tokens(element, element_out, tile, wide, at_256):
+@pytest.mark.parametrize("element, element_out, tile, wide, at_256, most", [
+    ("e4m3", "bf16", (128, 256, 128), (2, 1, 1), True, 1024), ("s8", "s32", (128, 256, 128), (1, 2, 1), False, 512),
+    ("f16", "f16", (128, 256, 64), (2, 1, 1), True, 1024), ("bf16", "bf16", (128, 256, 64), (2, 1, 1), True, 1024)])
+def test_4x1_cluster_tiles_only_up_to_512_or_1024_tokens(element, element_out, tile, wide, at_256, most):
     """The 128x256 tiles in 4x1 clusters won at the 512-token rows of many M tiles and lost
     from 4096 tokens up (docs/sweep_8bit_picks_h100.log, docs/sweep_8bit_picks_round2_h100.log;
     int8's also at N = 256): the catalog's min_n / max_n keep them to the N they won at,
     and where a 2x1 cluster fits one wave and a 4x1 needs two, the cost rule keeps the 2x1."""
     fam = catalog.load(catalog.for_element("sm90", element))
     four = next(t for t in fam.tiles if t[0] == tile and t[3] == (4, 1, 1))
-    assert fam.takes_n(four, 512) and not fam.takes_n(four, 1024)
+    assert fam.takes_n(four, most) and not fam.takes_n(four, 2 * most)
     for n in (300, 512):
         assert selection.choose_sm90(14336, n, 4096, 132, None, element, element_out)[0] == four
     assert (selection.choose_sm90(14336, 256, 4096, 132, None, element, element_out)[0] == four) == at_256
     assert selection.choose_sm90(14336, 4096, 4096, 132, None, element, element_out)[0][3] == wide
-    assert selection.choose_sm90(14336, 513, 4096, 132, None, element, element_out)[0] != four
+    assert selection.choose_sm90(14336, most + 1, 4096, 132, None, element, element_out)[0] != four
+    assert (selection.choose_sm90(14336, 1024, 4096, 132, None, element, element_out)[0] == four) == (most == 1024)
+    assert selection.choose_sm90(28672, 1024, 8192, 132, None, element, element_out)[0] != four   # another wave
     assert selection.choose_sm90(8192, 512, 28672, 132, None, element, element_out)[0][3] == wide
 
 
@@ -242,3 +244,13 @@ def test_a_catalog_tile_names_its_epilogue_subtile():
     assert config.epilogue_tile == (128, 16) and config.name.endswith("_epi128x16_noc")
     assert catalog.find(config.name) == config
     assert s8.config(s8.tiles[0], "s8", "s32", "col", 16, 4).epilogue_tile == ()
+
+
+def test_swizzle_never_exceeds_the_clusters_along_a_side():
+    """256x128 int8 tiles in 1x2 clusters at 1024 tokens: 8 N tiles but 4 clusters along N;
+    swizzle 8 ran at half speed there, 4 and 1 alike (docs/sweep_8bit_picks_round5_h100.log)."""
+    for m, k in ((14336, 4096), (28672, 8192)):
+        tile, _ = selection.choose_sm90(m, 1024, k, 132, None, "s8", "s32")
+        assert tile[0] == (256, 128, 128) and tile[3] == (1, 2, 1)
+        assert selection.sm90_swizzle(tile[0], m, 1024, 132, 1, tile[3]) < 8
+    assert selection.sm90_swizzle((256, 128, 128), 14336, 2048, 132, 1, (1, 2, 1)) == 8   # 8 clusters: as before

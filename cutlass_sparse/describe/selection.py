@@ -108,19 +108,21 @@ def linear_out_layout(tokens: int, item: int) -> str:
     return "col" if (tokens * item) % 16 else "row"
 
 
-def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int) -> int:
+def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, cluster=(1, 1, 1)) -> int:
     """The tile scheduler's swizzle for a problem (it keeps the operand panels of
     neighbouring tiles in L2): 8 from three waves of tiles up where both tile counts are
     multiples of 8 (measured +2 to 2.5% at 4096^3, 4096x4096x11008, 8192^3 and
     28672x4096x8192 under all three raster orders, docs/tune90_raster_h100.log; with 86
     M tiles, 11008x4096x4096, 8 fell out of the top five); else 4 from eight waves up
     (+2% at 8192^3, +11% at 16384^3 with the earlier 256x128 tile); else the catalog's
-    default (1: swizzling a few waves cost up to 3x)."""
+    default (1: swizzling a few waves cost up to 3x). Never more than the clusters along
+    either side: 256x128 tiles in 1x2 clusters at 1024 tokens (8 N tiles, 4 clusters) ran
+    at half speed with swizzle 8 and as 1 with 4 (docs/sweep_8bit_picks_round5_h100.log)."""
     tiles_m, tiles_n = cdiv(m, threadblock[0]), cdiv(n, threadblock[1])
-    tiles = tiles_m * tiles_n
-    if tiles >= 3 * sm_count and tiles_m % 8 == 0 and tiles_n % 8 == 0:
+    tiles, clusters = tiles_m * tiles_n, min(cdiv(tiles_m, cluster[0]), cdiv(tiles_n, cluster[1]))
+    if tiles >= 3 * sm_count and tiles_m % 8 == 0 and tiles_n % 8 == 0 and clusters >= 8:
         return 8
-    return 4 if tiles >= 8 * sm_count else default
+    return 4 if tiles >= 8 * sm_count and clusters >= 4 else default
 
 
 def output_alignments(family: str, element_out: str) -> tuple[int, ...]:
@@ -144,7 +146,7 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
         tile, _ = choose_sm90(m, n, k, sm_count, None, element, element_out)
         config = fam.config(tile, element, element_out, layout_b, 16 // dtypes.numpy_dtype(element).itemsize,
                             16 // dtypes.numpy_dtype(element_out).itemsize, reads_c=False)   # no C: beta = 0
-        return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle))
+        return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle, tile[3]))
     if element == "s8":
         layout_b = "col"   # int8 B must be K-major
     m_pad = cdiv(m, 32) * 32

@@ -106,7 +106,8 @@ class Sm90Plan:
                 raise AssertionError(f"{kind.name} cannot run {p}: plans.range_key misses what tells them apart")
             self.swizzle = self.config.swizzle if config is not None or choice is not None else \
                 selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
-                                       catalog.load(catalog.for_element(FAMILY, p.element)).swizzle)
+                                       catalog.load(catalog.for_element(FAMILY, p.element)).swizzle,
+                                       self.config.cluster)
         self.atom_k = self.config.atom_k   # which metadata layout the kernel reads
         self.raster = RASTER
         self.ldd = out.ld

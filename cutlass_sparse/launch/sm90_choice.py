@@ -49,7 +49,7 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
         config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
         config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], p.m, p.n, p.sm_count,
-                                                                            config.swizzle))
+                                                                            config.swizzle, tile[3]))
     else:
         check_config_fits(config, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         if config.b_element != p.x_element:

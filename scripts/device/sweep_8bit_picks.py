@@ -52,7 +52,8 @@ ROUND2["s8"], ROUND2["bf16"] = ROUND2["e4m3"], ROUND2["f16"][:5]
 ROUND3_SHAPES = [(4096, 512, 4096), (4096, 512, 14336), (11008, 512, 4096), (4096, 256, 4096)]
 # `--round 4`: the 128x256 tiles in 2x1 (1x2 for s8's 256x128) against 4x1 clusters at 1024
 # and 2048 tokens, above the N the 4x1 tiles are limited to (max_n 512)
-ROUND4_SHAPES = [(6144, 1024, 4096), (14336, 1024, 4096), (28672, 1024, 8192), (14336, 2048, 4096)]
+ROUND4_SHAPES = [(6144, 1024, 4096), (14336, 1024, 4096), (28672, 1024, 8192), (14336, 2048, 4096),
+                 (11008, 1024, 4096), (13824, 1024, 5120)]
 ROUND4 = {d: CANDIDATES[d][:2] for d in ("e4m3", "f16", "bf16")}
 ROUND4["s8"] = [CANDIDATES["s8"][0], CANDIDATES["s8"][2]]
 # `--round 5`: the library's kernel at swizzles 1, 2, 4 and 8 where N has few tiles
@@ -137,7 +138,8 @@ def sweep(dtype, shapes, rng, round_=1):
         else:             # each candidate at the swizzle the rule gives its tile
             default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
             swept = [dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
-                                                                           default)) for c in configs(dtype, round_)]
+                                                                           default, c.cluster))
+                     for c in configs(dtype, round_)]
         for config in swept:
             try:
                 plan = plans.make(problem, config)
