@@ -217,9 +217,9 @@ def test_a_single_column_x_reads_as_column_major():
 
 
 @pytest.mark.parametrize("element, element_out, tile, wide, at_256, most", [
-    ("e4m3", "bf16", (128, 256, 128), (2, 1, 1), True, 1024), ("s8", "s32", (128, 256, 128), (1, 2, 1), False, 512),
-    ("f16", "f16", (128, 256, 64), (2, 1, 1), True, 1024), ("bf16", "bf16", (128, 256, 64), (2, 1, 1), True, 1024)])
-def test_4x1_cluster_tiles_only_up_to_512_or_1024_tokens(element, element_out, tile, wide, at_256, most):
+    ("e4m3", "bf16", (128, 256, 128), (2, 1, 1), True, 512), ("s8", "s32", (128, 256, 128), (1, 2, 1), False, 512),
+    ("f16", "f16", (128, 256, 64), (2, 1, 1), True, 512), ("bf16", "bf16", (128, 256, 64), (2, 1, 1), True, 512)])
+def test_4x1_cluster_tiles_only_up_to_512_tokens(element, element_out, tile, wide, at_256, most):
     """The 128x256 tiles in 4x1 clusters won at the 512-token rows of many M tiles and lost
     from 4096 tokens up (docs/sweep_8bit_picks_h100.log, docs/sweep_8bit_picks_round2_h100.log;
     int8's also at N = 256): the catalog's min_n / max_n keep them to the N they won at,
@@ -232,7 +232,7 @@ def test_4x1_cluster_tiles_only_up_to_512_or_1024_tokens(element, element_out, t
     assert (selection.choose_sm90(14336, 256, 4096, 132, None, element, element_out)[0] == four) == at_256
     assert selection.choose_sm90(14336, 4096, 4096, 132, None, element, element_out)[0][3] == wide
     assert selection.choose_sm90(14336, most + 1, 4096, 132, None, element, element_out)[0] != four
-    assert (selection.choose_sm90(14336, 1024, 4096, 132, None, element, element_out)[0] == four) == (most == 1024)
+    assert selection.choose_sm90(11008, 1024, 4096, 132, None, element, element_out)[0] != four   # lost 15% there
     assert selection.choose_sm90(28672, 1024, 8192, 132, None, element, element_out)[0] != four   # another wave
     assert selection.choose_sm90(8192, 512, 28672, 132, None, element, element_out)[0][3] == wide
 
