@@ -2,31 +2,17 @@
 """Issue 11 (GPU machine): where a torch cs.matmul without out= spends the host time its
 out= twin does not: allocating D. Each piece timed alone (host us per call, median of
 rounds), beside torch.mm with and without out=."""
-import statistics
 import sys
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse.api import eager  # noqa: E402
-
-
-def host_us(call, calls=3000, rounds=7):
-    for _ in range(100):
-        call()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(times)
+from probe_eager_parts import host_us  # noqa: E402   (median of rounds of a loop, host us per call)
 
 
 def main():
