@@ -1,0 +1,75 @@
+"""The kernel cache's maintenance commands (`cutlass-sparse cache ...`, warm-up merges):
+listing, verifying, clearing, merging and compacting a file. Kept apart from what a call
+needs (opening, get and put: build.cache.KernelCache, which these are methods of)."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from . import cache_files
+
+
+class Maintenance:
+    """KernelCache's maintenance methods (they use its lock, connection and queries)."""
+
+    def rows(self):
+        """(key, name, arch, bytes, checksum ok) for every stored entry."""
+        with self._lock:
+            return self._query(lambda c: [
+                (key, name, arch, len(cubin), cache_files.checksum(cubin, meta) == checksum)
+                for key, name, arch, cubin, meta, checksum in c.execute(
+                    "SELECT key, name, arch, cubin, meta, checksum FROM kernels ORDER BY name, arch")], [])
+
+    def keys(self) -> list[str]:
+        return [row[0] for row in self.rows()]
+
+    def verify(self) -> list[str]:
+        """Drop entries whose checksum fails; return their keys."""
+        bad = [key for key, _, _, _, ok in self.rows() if not ok]
+        if bad and not self.read_only:
+            with self._lock:
+                self._query(lambda c: c.executemany("DELETE FROM kernels WHERE key = ?", [(k,) for k in bad]))
+        return bad
+
+    def clear(self) -> int:
+        """Remove every kernel and profiler record; returns how many kernels. A damaged file
+        is set aside and a fresh one started, so clearing always succeeds."""
+        self._require_writable("clear")
+        with self._lock:
+            return self._query(lambda c: (c.execute("DELETE FROM winners"),
+                                          c.execute("DELETE FROM kernels").rowcount)[1], 0)
+
+    def merge_from(self, other: Path | str) -> int:
+        """Copy every intact entry of another cache file that this one lacks; returns how many."""
+        self._require_writable("merge into")
+        if not Path(other).is_file():
+            raise FileNotFoundError(f"cannot merge kernel cache {other}: no such file")
+        source = type(self)(other, read_only=True)
+        if not source.readable:   # a half-copied shard or not a cache: never a silent success
+            source.close()
+            raise RuntimeError(f"cannot merge kernel cache {other}: it is not a readable cache file")
+        with source._lock:
+            rows = source._query(lambda c: c.execute(
+                "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall(), [])
+        winners = source.records()
+        toolchains = source.toolchains()
+        cache_files.foreign_to_us(source, "they are copied, but this version will not serve them")
+        source.close()
+        intact = []
+        for row in rows:
+            if cache_files.checksum(row[3], row[4]) != row[5]:
+                warnings.warn(f"{other}: entry {row[1]} ({row[0][:12]}) failed its checksum; not merged")
+            else:
+                intact.append(row)
+        with self._lock:
+            return self._query(lambda c: cache_files.insert_missing(c, intact, winners, toolchains), 0)
+
+    def _require_writable(self, what: str) -> None:
+        if self.read_only or self._conn is None:
+            raise PermissionError(f"cannot {what} read-only kernel cache {self.path}")
+
+    def compact(self) -> None:
+        """Fold the journal into the file and drop free pages (before shipping it)."""
+        self._require_writable("compact")
+        with self._lock:
+            self._query(lambda c: c.execute("VACUUM"))
