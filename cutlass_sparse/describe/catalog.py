@@ -139,7 +139,7 @@ def load(family: str) -> Family:
 
 
 # What a name adds after a catalog configuration's own: an epilogue subtile, no C
-_SUFFIXES = re.compile(r"(_epi\d+x\d+)?(_noc)?$")
+_SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_noc)?$")
 
 
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
@@ -147,11 +147,10 @@ def find(name: str, family: str | None = None) -> SparseGemmConfig:
     (an sm90 name may end in the suffixes of a kernel without C and of an epilogue subtile,
     as calls report them: `..._epi128x16_noc`)."""
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
-    changes = {"reads_c": not name.endswith("_noc"), "epilogue_tile": ()}   # the name says both
-    base = _SUFFIXES.sub("", name)
-    subtile = re.search(r"_epi(\d+)x(\d+)(_noc)?$", name)
-    if subtile:
-        changes["epilogue_tile"] = (int(subtile[1]), int(subtile[2]))
+    suffixes = _SUFFIXES.search(name)   # the name says both what it adds
+    base = name[:suffixes.start()]
+    changes = {"reads_c": suffixes[3] is None,
+               "epilogue_tile": (int(suffixes[1]), int(suffixes[2])) if suffixes[1] else ()}
     for fam in names:
         for config in load(fam).enumerate(widest_only=False):
             if _SUFFIXES.sub("", config.name) == base:   # the catalog's name for it, before the suffixes

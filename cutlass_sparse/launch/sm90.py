@@ -356,10 +356,11 @@ class Sm90Plan:
         """Queue the setup entry that writes Params (with encoded TMA descriptors) into a new buffer."""
         import cupy
 
+        stream = stream or cupy.cuda.get_current_stream()
         prepared = self._prepared(pointers)
         if prepared.workspace_bytes:
             if workspace is None:   # from the launching stream's pool: freed, it is reused in that stream's order
-                workspace = graphs.empty(prepared.workspace_bytes, stream or cupy.cuda.get_current_stream())
+                workspace = graphs.empty(prepared.workspace_bytes, stream)
             elif workspace.nbytes < prepared.workspace_bytes or workspace.data.ptr % 128:
                 raise ValueError(f"workspace holds {workspace.nbytes} bytes at {workspace.data.ptr:#x}; this call "
                                  f"needs {prepared.workspace_bytes} bytes, 128-byte aligned (cs.workspace_size)")
@@ -368,7 +369,7 @@ class Sm90Plan:
         params = self._params_buffer(stream)
         self._write_params(pointers, params.data.ptr, workspace, stream, scales)
         # the setup reads the templates; True where the stream captures
-        captured = graphs.hold((stream or cupy.cuda.get_current_stream()).ptr, prepared.templates)
+        captured = graphs.hold(stream.ptr, prepared.templates)
         if workspace is None and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
             sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
         placeholder = self._placeholder
@@ -377,8 +378,7 @@ class Sm90Plan:
         from_device = ctypes.c_uint64(params.data.ptr)
         arguments = pdl.kernel_params(placeholder, from_device)
         return Ready(ctypes.addressof(arguments), prepared.grid, (arguments, placeholder, from_device), False,
-                     workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured,
-                     (stream or cupy.cuda.get_current_stream()).ptr)
+                     workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured, stream.ptr)
 
     def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)
