@@ -70,8 +70,8 @@ def test_a_scaled_plan_packs_its_scale_pointers():
 def test_setup_nonces_are_unique_and_large():
     """Setup nonces: distinct over a long run and all in [2**31, 2**32), so no tensor size
     below 2**31 can pose as one."""
-    from cutlass_sparse.launch import sm90
+    from cutlass_sparse.launch import sm90_setup
 
-    seen = [sm90._next_nonce() for _ in range(100_000)]
+    seen = [sm90_setup.next_nonce() for _ in range(100_000)]
     assert len(set(seen)) == len(seen)
     assert all(2 ** 31 <= n < 2 ** 32 for n in seen)

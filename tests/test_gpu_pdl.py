@@ -138,3 +138,58 @@ def test_repeated_pointers_move_to_params_by_value():
     d.fill(0)
     plan.launch(again)
     assert_close(d, expect(w, x), "f16")
+
+
+def test_a_launch_made_again_follows_the_weight_the_pointers_and_the_stream():
+    """A repeated call makes its last launch again (pdl.Again) only with the same weight,
+    pointers and stream: another weight of the same shape in the same buffers, another
+    out, and a capture on another stream each get their own launch, checked against
+    dense. A capture that fired the other stream's launch would record nothing, and the
+    replay would leave out as zeros."""
+    import cupy
+
+    _sm90_or_skip()
+    w1, sw1, x = random_operands(256, 32, 512, "f16", "row", seed=36, family="sm90")
+    w2, sw2, _ = random_operands(256, 32, 512, "f16", "row", seed=37, family="sm90")
+    out, other = (cupy.empty((256, 32), dtype=cupy.float16) for _ in range(2))
+    for sw, w, target in ((sw1, w1, out), (sw1, w1, out), (sw2, w2, out), (sw1, w1, out), (sw1, w1, other),
+                          (sw2, w2, out), (sw2, w2, out)):
+        for _ in range(3):   # the first builds, then by value once the host copy is in, then again
+            target.fill(float("nan"))
+            cs.matmul(sw, x, out=target)
+            cupy.cuda.Device().synchronize()
+            assert_close(target, expect(w, x), "f16")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:   # the last launch was this one's on the default stream
+        stream.begin_capture()
+        cs.matmul(sw2, x, out=out)
+        graph = stream.end_capture()
+        out.fill(0)
+        graph.launch(stream)
+        stream.synchronize()
+    assert_close(out, expect(w2, x), "f16")
+
+
+def test_a_plan_made_again_on_another_stream_is_captured_there():
+    """cs.plan's last launch is made again only on its own stream: the same x and out
+    captured on another stream are in the graph, and so are they when made again there."""
+    import cupy
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(256, 32, 512, "f16", "row", seed=38, family="sm90")
+    out = cupy.empty((256, 32), dtype=cupy.float16)
+    planned = cs.plan(sw, x)
+    for _ in range(3):
+        planned(x, out=out)
+    cupy.cuda.Device().synchronize()
+    assert planned._again is not None
+    stream = cupy.cuda.Stream(non_blocking=True)
+    for _ in range(2):   # first captured after the default stream's launch, then after its own
+        with stream:
+            stream.begin_capture()
+            planned(x, out=out)
+            graph = stream.end_capture()
+            out.fill(0)
+            graph.launch(stream)
+            stream.synchronize()
+        assert_close(out, expect(w, x), "f16")

@@ -70,20 +70,20 @@ class Entry:
         self._bias = (bias, version, stream_ptr, vector)
         return vector
 
-    def new_out(self, device):
-        """A torch tensor for D, for a torch call without out: [M, N] row-major; for a
-        Problem whose D the library allocates (out None), [M, N] in rows of the plan's
-        leading dimension."""
+    def new_out(self, x):
+        """A torch tensor for D on x's device, for a torch call without out: [M, N]
+        row-major; for a Problem whose D the library allocates (out None), [M, N] in rows
+        of the plan's leading dimension."""
         makers = self._makers
         maker = makers[0] if makers else None
-        return maker() if maker else self._allocated(0, device)
+        return maker() if maker else self._allocated(0, x.device)
 
-    def linear_out(self, device, col: bool):
-        """cs.linear's [N, M] result, whose transpose is D: column-major D (col) is a
-        contiguous [N, M]; row-major D is [N, M] with strides (1, N)."""
+    def linear_out(self, x, col: bool):
+        """cs.linear's [N, M] result on x's device, whose transpose is D: column-major D
+        (col) is a contiguous [N, M]; row-major D is [N, M] with strides (1, N)."""
         makers, kind = self._makers, 1 if col else 2
         maker = makers[kind] if makers else None
-        return maker() if maker else self._allocated(kind, device)
+        return maker() if maker else self._allocated(kind, x.device)
 
     def cupy_linear_out(self, col: bool):
         """linear_out for a CuPy call, on the current device: column-major D is a
@@ -304,7 +304,7 @@ def torch_run(entry: Entry, sw, x, out, bias=None):
         with cupy.cuda.Device(index):
             return torch_run(entry, sw, x, out, bias)
     if out is None:
-        out = entry.new_out(x.device)
+        out = entry.new_out(x)
     stream = interop.torch_stream(index)
     if bias is not None:
         vector = entry.bias_vector(bias, stream.ptr)
@@ -326,7 +326,7 @@ def torch_linear(x, sw, options: tuple, bias=None):
     entry = None if found is None else lookup(found[0])
     if entry is None or not entry.direct or not takes_torch_bias(entry, bias):
         return None
-    y = entry.linear_out(x.device, found[1])   # [tokens, features], D's transpose
+    y = entry.linear_out(x, found[1])   # [tokens, features], D's transpose
     torch_run(entry, sw, x, y, bias)           # direct: x.T and D are pointers here
     return y
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..describe import catalog, dtypes
 from ..formats.matrices import SparseMatrix
-from ..launch import graphs
+from ..launch import graphs, pdl
 from ..plan import plans
 from . import eager, operands
 from .interop import is_torch, torch_dtype, torch_io, torch_stream
@@ -61,6 +61,7 @@ class Plan:
         self.options = options
         self._ndarray = cupy.ndarray
         self._get_device = cupy.cuda.runtime.getDevice
+        self._current_stream = cupy.cuda.get_current_stream
         self.info = {}
         # the family named: this call runs (and prepares) the family plan the plan launches,
         # never a stand-in while that kernel compiles elsewhere (plan.stand_in)
@@ -100,6 +101,7 @@ class Plan:
             self.bound = fam.bind(sw, c_ptr)
         self.c_ptr = c_ptr
         self._readies = {}   # sm90: built launches per (x, out) pointer pair
+        self._again = None   # sm90: the last of them with Params by value, on its stream (pdl.Again)
 
     def _torch_out(self, x, **_):
         """For a torch x: the torch tensor a direct call writes."""
@@ -206,6 +208,10 @@ class Plan:
         if self.bound is not None:
             self.bound(x_ptr, out_ptr, stream)
             return
+        stream = stream or self._current_stream()
+        again = self._again
+        if again is not None and again.key == (x_ptr, out_ptr, stream.ptr, pdl.ENABLED):   # the last call's
+            return again.fire()
         key = (x_ptr, out_ptr)
         ready = self._readies.get(key)
         if ready is None:   # new pointers: the family plan builds (or finds) their Params
@@ -221,6 +227,7 @@ class Plan:
             ready = self._readies[key] = family.by_value(ready, family.ready_key(self.sw, (x_ptr, c_ptr, out_ptr),
                                                                                  stream), stream=stream)
         self.family_plan.launch(ready, stream)
+        self._again = self.family_plan.again((x_ptr, out_ptr, stream.ptr, pdl.ENABLED), ready, stream) or again
 
 
 @torch_io

@@ -18,8 +18,6 @@ grid and workspace are read back once per problem shape.
 from __future__ import annotations
 
 import ctypes
-import itertools
-import struct
 import threading
 from collections import OrderedDict, deque
 
@@ -28,24 +26,11 @@ from ..describe import catalog, dtypes, selection
 from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
-from ..emit.sm90 import DECOMPOSITIONS, SETUP_SCALED, setup_layout
-from . import device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare
+from . import device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare, sm90_setup
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
 from .sm90_ready import Ready
 from .staging import KeptBuffers, copy_lines, copy_rows, stage
 
-# The setup block's leading pointers, in field order: a, e, b, c, d, params_out,
-# templates, recipes_out, info_out, workspace.
-_POINTERS = struct.Struct("<10Q")
-_NONCE = struct.Struct("<I")
-# Each setup launch's nonce, which marks the TMA recipes it writes (see emit.sm90): unique in
-# the process, so no recipe an earlier setup left in local memory passes for one of its own.
-# Spread over 31 bits with the top bit set, not 1, 2, 3...: the scan for recipes (64-byte
-# steps) also reads a nonce's place inside a real recipe 64 bytes on, where a small tensor
-# size sits (dims[0]); a stale magic before it plus a counter equal to that size made a
-# look-alike slot (rank 0, session 16's one-off failure).
-_nonces = itertools.count(1)
-_VECTORS = struct.Struct("<3Q")   # SETUP_SCALED's row_scales, column_scales and row_bias
 NO_VECTORS = sm90_params.NO_VECTORS   # the scaled epilogue's vectors, all absent
 _ABSENT = tuple(v == 0 for v in NO_VECTORS)
 # The tile scheduler's raster order: 0 lets CUTLASS choose (its heuristic), 1 along M,
@@ -58,11 +43,6 @@ PARAMS_PER_PLAN = 64
 # Setup buffers (device Params, stream-K workspaces) launched on a stream other than the one
 # whose pool they came from, each kept until that launch is done (launch)
 _read_elsewhere = retiring.Retiring()
-
-
-def _next_nonce() -> int:
-    """The next setup's nonce: a bijection of a counter onto [2**31, 2**32)."""
-    return 0x80000000 | (next(_nonces) * 0x9E3779B1) & 0x7FFFFFFF
 
 
 class Sm90Plan:
@@ -121,7 +101,7 @@ class Sm90Plan:
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
         self._block_key = bytes(self._block)   # with its pointer fields zero: what Params depend on besides pointers
-        self._gemm = self._setup = self._prepared_value = self._placeholder = None
+        self._gemm = self._setup = self._prepared_value = self._placeholder = self._again = None
         # host copies of Params by which pointers are null (_from_host), and those on their way
         self._host_params: dict[tuple, sm90_params.HostParams] = {}
         self._retired = deque(maxlen=PARAMS_PER_PLAN)   # setup buffers of launches that gave way (ready)
@@ -171,7 +151,10 @@ class Sm90Plan:
             c = d
         elif self.stage_c:
             c = stage(c, self.ldc, self.layout_c, self.n_k)
-        self.launch(self.ready(sw, (x.data.ptr, c.data.ptr, d.data.ptr), workspace, None, scales))
+        if c is d and workspace is None:
+            self.launch_direct(sw, x.data.ptr, d.data.ptr, None, scales)
+        else:
+            self.launch(self.ready(sw, (x.data.ptr, c.data.ptr, d.data.ptr), workspace, None, scales))
         if d is out:
             return out
         # D allocated here as [M, N] already needs no slice (a CuPy slice costs about 1 us of host time)
@@ -230,8 +213,28 @@ class Sm90Plan:
 
     def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
-        (a CuPy stream; default the current one)."""
-        self.launch(self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream, scales), stream)
+        (a CuPy stream; default the current one). The same pointers on the same stream as
+        the last such launch with Params by value make that launch again (pdl.Again)."""
+        if stream is None:
+            import cupy
+
+            stream = cupy.cuda.get_current_stream()
+        key = (sw.values.data.ptr, sm90_metadata.settled_ptr(sw, self.atom_k), x_ptr, d_ptr, stream.ptr, scales,
+               pdl.ENABLED)
+        again = self._again
+        if again is not None and again.key == key:
+            return again.fire()
+        ready = self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream, scales)
+        self.launch(ready, stream)
+        if key[1]:
+            self._again = self.again(key, ready, stream) or again
+
+    def again(self, key: tuple, ready: Ready, stream) -> pdl.Again | None:
+        """ready's launch on `stream`, just made, kept under `key` to be made again as it is
+        (pdl.Again); None where it reads device buffers (Params from the setup, a workspace)."""
+        if not ready.by_value or ready.workspace is not None:
+            return None
+        return self._gemm.again(key, ready.grid, ready.arguments, stream.ptr, True, ready.held)
 
     def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS, allocate=None) -> None:
         """run() from the caller's pointers, x and D laid out as the Problem says (C
@@ -317,27 +320,11 @@ class Sm90Plan:
         return Ready(address, self._prepared(pointers).grid, (record,))
 
     def _setup_block(self) -> bytearray:
-        """The setup entry's argument block without its pointers (filled per build)."""
-        p, e, k = self.problem, self.problem.epilogue, self.kernel_problem
-        layout = setup_layout(self.config)
-        scaled = {"out_multiplier": 1.0 / e.out_scale} if layout is SETUP_SCALED else {}
-        return layout.pack(
-            ldb=k.x.ld, ldc=self.ldc, ldd=self.ldd, m=k.m, n=k.n, k=k.k, sm_count=p.sm_count,
-            swizzle=self.swizzle, raster=self.raster, splits=self.scheduling.splits,
-            decomposition=DECOMPOSITIONS[self.scheduling.decomposition],
-            alpha=e.alpha, beta=e.beta, activation_arg=e.leaky_slope, **scaled)
+        return sm90_setup.block(self)
 
     def _setup_arguments(self, pointers, params, templates=0, recipes_out=0, info_out=0, workspace=0,
                          scales=NO_VECTORS):
-        block = bytearray(self._block)
-        _POINTERS.pack_into(block, 0, *pointers, params, templates, recipes_out, info_out, workspace)
-        layout = setup_layout(self.config)
-        _NONCE.pack_into(block, layout.offsets["nonce"], _next_nonce())
-        if layout is SETUP_SCALED:   # a null scale reads as 1, a null bias as 0
-            _VECTORS.pack_into(block, layout.offsets["row_scales"], *scales)
-        elif any(scales):
-            raise ValueError(f"{self.config.name} takes no scales (its epilogue is not a scaled one)")
-        return layout.as_argument(block)
+        return sm90_setup.arguments(self, pointers, params, templates, recipes_out, info_out, workspace, scales)
 
     def _prepared(self, pointers) -> sm90_prepare.Prepared:
         """What this plan's problem shape needs besides pointers (kept by the plan)."""

@@ -29,3 +29,12 @@ def for_kernel(sw, atom_k: int, stream=None):
     out = graphs.held_empty(sm90_layout.metadata_bytes(m, k, atom_k), stream)
     with stream:
         return sm90_layout.convert(sw.metadata, m, k, sw.atom_k, atom_k, out=out)
+
+
+def settled_ptr(sw, atom_k: int) -> int:
+    """The address of sw's metadata in the atom_k layout where a launch on any stream reads
+    it as it is (nothing to convert or wait for); 0 where a conversion is still to run or
+    to be seen done."""
+    if atom_k == sw.atom_k:
+        return sw.metadata.data.ptr
+    return sw.metadata_for(atom_k).data.ptr if sw.holds_metadata_for(atom_k) else 0

@@ -35,7 +35,7 @@ def main():
     entry = eager.lookup(found[0])
     print(f"hit: {entry is not None}, direct: {entry.plan.direct if entry else '-'}, "
           f"config: {entry.plan.config.name if entry else '-'}")
-    y = entry.linear_out(x.device, found[1])
+    y = entry.linear_out(x, found[1])
     stream = interop.torch_stream(0)
     vector = b.float()
     rows = {
@@ -44,7 +44,7 @@ def main():
         "linear_key with bias": lambda: eager_keys.linear_key(x, sw, options, b),
         "lookup": lambda: eager.lookup(found[0]),
         "b.reshape(-1).float().contiguous()": lambda: b.reshape(-1).float().contiguous(),
-        "new_out": lambda: entry.linear_out(x.device, found[1]),
+        "new_out": lambda: entry.linear_out(x, found[1]),
         "launch_direct, scales": lambda: entry.plan.launch_direct(sw, x.data_ptr(), y.data_ptr(), stream,
                                                                   scales=(0, 0, vector.data_ptr())),
         "torch_run with bias": lambda: eager.torch_run(entry, sw, x, y, b),

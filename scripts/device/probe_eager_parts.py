@@ -61,7 +61,7 @@ def main():
         "torch.mm(w, x)": lambda: torch.mm(w, x),
         "torch.mm(w, x, out=out)": lambda: torch.mm(w, x, out=out),
         "  torch.empty(m, n)": lambda: torch.empty((m, n), dtype=torch.float16, device=x.device),
-        "  entry.new_out": lambda: entry.new_out(x.device),
+        "  entry.new_out": lambda: entry.new_out(x),
         "  eager_keys.torch_key": lambda: eager_keys.torch_key(sw, x, out, options),
         "  eager.lookup": lambda: eager.lookup(fast),
         "  eager.torch_run": lambda: eager.torch_run(entry, sw, x, out),

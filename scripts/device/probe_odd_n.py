@@ -36,12 +36,12 @@ def main():
         print(f"N={n}: rel err {err:.1e} ({'ok' if err < 2e-2 else 'WRONG'}), strides {tuple(got.stride())}, "
               f"fast path {'hit' if entry is not None else 'MISSED'}, direct {entry.plan.direct if entry else '-'}")
         stream = interop.torch_stream(0)
-        y = entry.new_out(x.device)
+        y = entry.new_out(x)
         rows = {
             "cs.matmul(sw, x)": lambda: cs.matmul(sw, x),
             "torch_key": lambda: eager_keys.torch_key(sw, x, None, options),
             "lookup": lambda: eager.lookup(key),
-            "new_out": lambda: entry.new_out(x.device),
+            "new_out": lambda: entry.new_out(x),
             "torch_stream": lambda: interop.torch_stream(0),
             "launch (staged or direct)": (lambda: entry.plan.launch_staged(sw, x.data_ptr(), y.data_ptr(), stream))
             if not entry.plan.direct else (lambda: entry.plan.launch_direct(sw, x.data_ptr(), y.data_ptr(), stream)),
