@@ -75,8 +75,10 @@ def check_cache_location(path: Path) -> Path:
             check_owned_private(directory, path, "directory")
     # a hot -journal is rolled back into the file on open: held to the same rule
     for candidate in (real, Path(f"{real}-wal"), Path(f"{real}-shm"), Path(f"{real}-journal")):
-        if candidate.exists():
+        try:
             check_owned_private(candidate, path, "file")
+        except FileNotFoundError:   # absent, or gone since: another process's journal comes and goes
+            pass
     return real
 
 

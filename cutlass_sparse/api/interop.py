@@ -95,8 +95,8 @@ _streams_lock = threading.Lock()
 _raw_stream = None   # torch's current stream pointer of a device (found on the first call)
 
 
-def torch_stream(device_index: int):
-    """CuPy's handle on torch's current stream of a device (kept per stream)."""
+def torch_stream_pointer():
+    """A function of a device index giving torch's current stream pointer there."""
     global _raw_stream
     if _raw_stream is None:
         import torch
@@ -104,7 +104,12 @@ def torch_stream(device_index: int):
         # the pointer without a Stream object, where torch has the function
         _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
             lambda index: torch.cuda.current_stream(index).cuda_stream)
-    ptr = _raw_stream(device_index)
+    return _raw_stream
+
+
+def torch_stream(device_index: int):
+    """CuPy's handle on torch's current stream of a device (kept per stream)."""
+    ptr = (_raw_stream or torch_stream_pointer())(device_index)
     stream = _streams.get((ptr, device_index))
     if stream is None:
         with _streams_lock:

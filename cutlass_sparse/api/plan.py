@@ -20,7 +20,7 @@ from ..formats.matrices import SparseMatrix
 from ..launch import graphs, pdl
 from ..plan import plans
 from . import eager, operands
-from .interop import is_torch, torch_dtype, torch_io, torch_stream
+from .interop import is_torch, torch_dtype, torch_io, torch_stream, torch_stream_pointer
 from .matmul import matmul
 
 
@@ -130,14 +130,14 @@ class Plan:
         template = None if out_dtype is None else eager.one_element(out_dtype, self.x_key[3]).expand(*self.out_shape)
         self._torch_want = (self.x_key[0], tuple(s // item for s in self.x_key[2]), torch_dtype(self.x_key[1]),
                             out_dtype, tuple(s // self.np_out.itemsize for s in self.out_strides),
-                            self.x_key[3], torch, self._get_device, template)
+                            self.x_key[3], torch, self._get_device, template, torch_stream_pointer())
         return self._torch_want
 
     def _torch_call(self, x, out):
         """A direct call on torch tensors from their attributes and pointers, on torch's
         current stream; None when they do not fit the plan as they are (the general path
         says why or stages them)."""
-        shape, strides, dtype, out_dtype, out_strides, device, torch, current_device, template = \
+        shape, strides, dtype, out_dtype, out_strides, device, torch, current_device, template, stream_of = \
             self._torch_want or self._torch_wanted()
         x_ptr = x.data_ptr()
         if out_dtype is None or x.shape != shape or x.dtype != dtype or x.stride() != strides \
@@ -150,7 +150,11 @@ class Plan:
                 or out.dtype != out_dtype or out.stride() != out_strides or out.get_device() != device \
                 or (out_ptr := out.data_ptr()) % self.align_out:
             return None
-        self._launch(x_ptr, out_ptr, torch_stream(device))
+        again = self._again
+        if again is not None and again.key == (x_ptr, out_ptr, stream_of(device), pdl.ENABLED) and self.c_bias is None:
+            again.fire()   # the last call's pointers and stream (_launch, without the lookups)
+        else:
+            self._launch(x_ptr, out_ptr, torch_stream(device))
         return out
 
     @torch_io(make_out=_torch_out)
