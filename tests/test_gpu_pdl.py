@@ -182,7 +182,7 @@ def test_a_plan_made_again_on_another_stream_is_captured_there():
     for _ in range(3):
         planned(x, out=out)
     cupy.cuda.Device().synchronize()
-    assert planned._again is not None
+    assert planned._agains
     stream = cupy.cuda.Stream(non_blocking=True)
     for _ in range(2):   # first captured after the default stream's launch, then after its own
         with stream:

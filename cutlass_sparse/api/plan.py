@@ -101,7 +101,7 @@ class Plan:
             self.bound = fam.bind(sw, c_ptr)
         self.c_ptr = c_ptr
         self._readies = {}   # sm90: built launches per (x, out) pointer pair
-        self._again = None   # sm90: the last of them with Params by value, on its stream (pdl.Again)
+        self._agains = {}    # sm90: the repeated ones, per stream, made again as they are (keep_again)
 
     def _torch_out(self, x, **_):
         """For a torch x: the torch tensor a direct call writes."""
@@ -150,9 +150,9 @@ class Plan:
                 or out.dtype != out_dtype or out.stride() != out_strides or out.get_device() != device \
                 or (out_ptr := out.data_ptr()) % self.align_out:
             return None
-        again = self._again
-        if again is not None and again.key == (x_ptr, out_ptr, stream_of(device), pdl.ENABLED) and self.c_bias is None:
-            again.fire()   # the last call's pointers and stream (_launch, without the lookups)
+        again = self._agains.get((x_ptr, out_ptr, stream_of(device), pdl.ENABLED))
+        if again is not None and self.c_bias is None:
+            again.fire()   # a repeated launch (_launch, without the lookups)
         else:
             self._launch(x_ptr, out_ptr, torch_stream(device))
         return out
@@ -213,8 +213,9 @@ class Plan:
             self.bound(x_ptr, out_ptr, stream)
             return
         stream = stream or self._current_stream()
-        again = self._again
-        if again is not None and again.key == (x_ptr, out_ptr, stream.ptr, pdl.ENABLED):   # the last call's
+        again_key = (x_ptr, out_ptr, stream.ptr, pdl.ENABLED)
+        again = self._agains.get(again_key)
+        if again is not None:   # a repeated launch
             return again.fire()
         key = (x_ptr, out_ptr)
         ready = self._readies.get(key)
@@ -231,7 +232,7 @@ class Plan:
             ready = self._readies[key] = family.by_value(ready, family.ready_key(self.sw, (x_ptr, c_ptr, out_ptr),
                                                                                  stream), stream=stream)
         self.family_plan.launch(ready, stream)
-        self._again = self.family_plan.again((x_ptr, out_ptr, stream.ptr, pdl.ENABLED), ready, stream) or again
+        self.family_plan.keep_again(self._agains, again_key, ready, stream)
 
 
 @torch_io

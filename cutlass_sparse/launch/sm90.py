@@ -101,7 +101,8 @@ class Sm90Plan:
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
         self._block_key = bytes(self._block)   # with its pointer fields zero: what Params depend on besides pointers
-        self._gemm = self._setup = self._prepared_value = self._placeholder = self._again = None
+        self._gemm = self._setup = self._prepared_value = self._placeholder = None
+        self._agains: dict[tuple, pdl.Again] = {}   # launch_direct's repeated launches (keep_again)
         # host copies of Params by which pointers are null (_from_host), and those on their way
         self._host_params: dict[tuple, sm90_params.HostParams] = {}
         self._retired = deque(maxlen=PARAMS_PER_PLAN)   # setup buffers of launches that gave way (ready)
@@ -213,28 +214,35 @@ class Sm90Plan:
 
     def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
-        (a CuPy stream; default the current one). The same pointers on the same stream as
-        the last such launch with Params by value make that launch again (pdl.Again)."""
+        (a CuPy stream; default the current one). A launch repeated with the same weight,
+        pointers and stream is made again from what it kept (keep_again)."""
         if stream is None:
             import cupy
 
             stream = cupy.cuda.get_current_stream()
         key = (sw.values.data.ptr, sm90_metadata.settled_ptr(sw, self.atom_k), x_ptr, d_ptr, stream.ptr, scales,
                pdl.ENABLED)
-        again = self._again
-        if again is not None and again.key == key:
+        again = self._agains.get(key)
+        if again is not None:
             return again.fire()
         ready = self.ready(sw, (x_ptr, d_ptr, d_ptr), None, stream, scales)
         self.launch(ready, stream)
         if key[1]:
-            self._again = self.again(key, ready, stream) or again
+            self.keep_again(self._agains, key, ready, stream)
 
-    def again(self, key: tuple, ready: Ready, stream) -> pdl.Again | None:
-        """ready's launch on `stream`, just made, kept under `key` to be made again as it is
-        (pdl.Again); None where it reads device buffers (Params from the setup, a workspace)."""
+    def keep_again(self, agains: dict, key: tuple, ready: Ready, stream) -> None:
+        """Keep ready's launch, just made on `stream`, in `agains` under `key`, to be made
+        again as it is (pdl.Again: about a microsecond of host time less than finding it):
+        from its second launch on, so a one-off launch (a new N's) pays nothing for it;
+        never one that reads device buffers (Params from the setup, a workspace)."""
         if not ready.by_value or ready.workspace is not None:
-            return None
-        return self._gemm.again(key, ready.grid, ready.arguments, stream.ptr, True, ready.held)
+            return
+        if not ready.seen:
+            ready.seen = True
+            return
+        if len(agains) >= PARAMS_PER_PLAN:
+            agains.clear()
+        agains[key] = self._gemm.again(key, ready.grid, ready.arguments, stream.ptr, True, ready.held)
 
     def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS, allocate=None) -> None:
         """run() from the caller's pointers, x and D laid out as the Problem says (C

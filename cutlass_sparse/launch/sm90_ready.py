@@ -20,3 +20,4 @@ class Ready:
     params: object = None               # the setup's device buffer, kept alive while used
     captured: bool = False              # built in a graph capture: its Params exist after a replay only
     stream: int = 0                     # the stream whose memory pool gave params and workspace
+    seen: bool = False                  # launched before (Sm90Plan.keep_again)

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Device time (host included) of the eager rows bench_eager times, this tree against an
+older copy of the package (ab_host.py's cutlass_sparse_old), rows alternated between the
+packages round by round: the decode loop of 32 MLP blocks at 1 and 16 tokens, and
+cs.matmul at N = 7 and 8 (a staged odd N against a direct even one); then a profile of
+the new package's slowest row.
+
+    python scripts/device/ab_device.py --old ab_old --rounds 5
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_eager import device_ms, relative_error  # noqa: E402
+
+
+def rows_of(cs, torch) -> dict:
+    rows = {}
+    width, hidden = 4096, 11008
+    w_up = cs.prune_2to4(torch.randn(hidden, width, device="cuda").half() * width ** -0.5)
+    w_down = cs.prune_2to4(torch.randn(width, hidden, device="cuda").half() * hidden ** -0.5)
+    s_up, s_down = cs.compress(w_up), cs.compress(w_down)
+    act = torch.nn.functional.silu
+    for tokens in (1, 16):
+        x = torch.randn(tokens, width, device="cuda").half()
+        block = (lambda x=x: cs.linear(cs.linear(x, s_up, activation="silu"), s_down))
+        ref = torch.mm(act(torch.mm(x, w_up.T)), w_down.T)
+        assert relative_error(block(), ref) < 2e-2
+
+        def layers(block=block):
+            for _ in range(32):
+                y = block()
+            return y
+        rows[f"decode x32, {tokens} tokens"] = (layers, 3)
+    w = cs.prune_2to4(torch.randn(4096, 4096, device="cuda").half())
+    sw = cs.compress(w)
+    for n in (7, 8):
+        x = torch.randn(4096, n, device="cuda").half()
+        assert relative_error(cs.matmul(sw, x), w.float() @ x.float()) < 2e-2
+        rows[f"cs.matmul 4096x{n}x4096"] = ((lambda x=x: cs.matmul(sw, x)), 20)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", required=True)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(args.old).resolve()))
+    import torch
+
+    packages = {"old": importlib.import_module("cutlass_sparse_old"), "new": importlib.import_module("cutlass_sparse")}
+    rows = {name: rows_of(cs, torch) for name, cs in packages.items()}
+    times = {(name, row): [] for name in rows for row in rows[name]}
+    for _ in range(args.rounds):
+        for row in rows["new"]:
+            for name in rows:
+                call, repeats = rows[name][row]
+                times[(name, row)].append(device_ms(torch, call, repeats, 3) * 1e3)
+    print(f"device us per call (host included), {args.rounds} rounds, packages alternated: min / median")
+    print(f"  {'row':32s}{'old':>16s}{'new':>16s}")
+    for row in rows["new"]:
+        cells = "".join(f"{min(times[(n, row)]):8.1f}{statistics.median(times[(n, row)]):8.1f}" for n in rows)
+        print(f"  {row:32s}{cells}")
+    import cProfile
+    import pstats
+
+    call, _ = rows["new"]["decode x32, 1 tokens"]
+    profile = cProfile.Profile()
+    profile.runcall(lambda: [call() for _ in range(20)])
+    torch.cuda.synchronize()
+    print("\nnew: decode x32 at 1 token, 20 loops, by cumulative time:")
+    pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
