@@ -79,6 +79,9 @@ def check_cache_location(path: Path) -> Path:
             check_owned_private(candidate, path, "file")
         except FileNotFoundError:   # absent, or gone since: another process's journal comes and goes
             pass
+        except OSError as exc:   # a link loop, a path through a file: nothing SQLite should open
+            raise UntrustedPathError(candidate, f"cannot be examined ({exc.strerror or exc})",
+                                     f"remove it (rm {candidate}) {_ELSEWHERE}", path) from None
     return real
 
 

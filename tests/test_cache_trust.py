@@ -133,6 +133,16 @@ def test_symbolic_links_are_judged_by_where_they_lead(tmp_path, monkeypatch):
     assert KernelCache(link).get("k0").cubin == bytes(1500)
 
 
+def test_a_journal_that_cannot_be_examined_is_refused_by_name(tmp_path):
+    """A link loop planted as the cache's -journal is neither skipped (SQLite would meet
+    it) nor a bare OSError: the refusal names it and says what to do."""
+    mine = private(tmp_path / "mine")
+    journal = mine / "c.db-journal"
+    journal.symlink_to(journal)
+    with pytest.raises(UnsafeCacheError, match=r"c\.db-journal cannot be examined.*remove it"):
+        trust.check_cache_location(mine / "c.db")
+
+
 def test_profiler_records_are_guarded_by_the_same_check(tmp_path, monkeypatch):
     from cutlass_sparse.plan import records
 

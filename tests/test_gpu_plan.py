@@ -42,6 +42,27 @@ def test_plan_matches_matmul_and_checks_inputs(family):
             p(x, out=wrong)
 
 
+@pytest.mark.parametrize("family", ["sm80", "sm90"])
+def test_a_plan_keeps_the_weight_it_was_made_with(family):
+    """Arrays swapped into the caller's matrix after planning reach no call of the plan,
+    direct (Params hold the old pointers) or not: every call multiplies by the weight
+    as planned."""
+    import cupy
+
+    if family == "sm90" and cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+    w, sw, x = random_operands(256, 64, 512, "f16", "row", seed=25, family=family)
+    _, other, _ = random_operands(256, 64, 512, "f16", "row", seed=26, family=family)
+    planned = cs.plan(sw, x)
+    out = cupy.empty((256, 64), dtype=cupy.float16)
+    planned(x, out=out)
+    sw.values, sw.metadata = other.values, other.metadata
+    for _ in range(3):
+        out.fill(0)
+        assert_close(planned(x, out=out), expect(w, x), "f16")
+        assert_close(planned(x), expect(w, x), "f16")   # D allocated by the plan
+
+
 @pytest.mark.parametrize("family,warm", [("sm80", False), ("sm90", False), ("sm90", True)])
 def test_plan_in_a_cuda_graph(family, warm):
     import cupy

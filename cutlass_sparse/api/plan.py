@@ -11,9 +11,13 @@ kernel's Params, built by its setup entry once per (x, out) pair, kept by the pl
 allocation when `out` is given, no synchronization, so it can be captured in a CUDA
 graph (on sm90, after one call with the same x and out, or the setup launch is captured
 too). Other cases (sm80 split-K, padded M or K) run cs.matmul with the plan's options:
-the same result and kernel choice, more host time.
+the same result and kernel choice, more host time. A plan multiplies by the weight's
+arrays as they are when it is made: a later `sw.values = ...` on the caller's matrix
+reaches neither its direct launches (their Params hold the pointers) nor the others.
 """
 from __future__ import annotations
+
+import copy
 
 from ..describe import catalog, dtypes
 from ..formats.matrices import SparseMatrix
@@ -47,7 +51,7 @@ class Plan:
             if key in options:
                 raise TypeError(f"plan() takes no {key!r}: pass out= to each call")
         options = dict(options)
-        self.sw = sw
+        self.sw = copy.copy(sw)   # its arrays as they are now (see the module docstring)
         beta = float(options.get("beta", 0.0))
         family = operands.check_sparse(sw, options.get("family"))
         self.c_bias = None

@@ -233,15 +233,19 @@ class Sm90Plan:
     def keep_again(self, agains: dict, key: tuple, ready: Ready, stream) -> None:
         """Keep ready's launch, just made on `stream`, in `agains` under `key`, to be made
         again as it is (pdl.Again: about a microsecond of host time less than finding it):
-        from its second launch on, so a one-off launch (a new N's) pays nothing for it;
-        never one that reads device buffers (Params from the setup, a workspace)."""
+        from the second launch of its Params on (any stream, eager or planned), so a
+        one-off launch (a new N's) pays nothing for it; never one that reads device buffers
+        (Params from the setup, a workspace). Full, the oldest kept one gives way."""
         if not ready.by_value or ready.workspace is not None:
             return
         if not ready.seen:
             ready.seen = True
             return
         if len(agains) >= PARAMS_PER_PLAN:
-            agains.clear()
+            try:
+                del agains[next(iter(agains))]
+            except (KeyError, RuntimeError, StopIteration):   # another thread's keep or eviction meanwhile
+                pass
         agains[key] = self._gemm.again(key, ready.grid, ready.arguments, stream.ptr, True, ready.held)
 
     def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS, allocate=None) -> None:
