@@ -108,21 +108,24 @@ class Entry:
         N's entry may serve one call, and a maker costs about two allocations to make); the
         second makes the maker. empty_like of a stride-0 view of one element allocates a
         compact tensor of the view's shape with less argument parsing on every later call
-        than torch.empty(shape, dtype=, device=)."""
+        than torch.empty(shape, dtype=, device=); new_empty(_strided) of that element, where
+        no view is made, parses no dtype or device either."""
         import torch
 
         dtype = torch_out_dtype(self.problem.element_out)
         shape, strides, view = self._spec(kind)
         if self._makers is None:
             self._makers = [None, None, None]   # per kind: None unused, False used once, then its maker
-        if self._makers[kind] is None:
+        if self._makers[kind] is None:   # new_empty of a kept tensor: no dtype and device to parse
             self._makers[kind] = False
-            made = torch.empty_strided(shape, strides, dtype=dtype, device=device) if strides else \
-                torch.empty(shape, dtype=dtype, device=device)
+            one = one_element(dtype, device)
+            made = one.new_empty_strided(shape, strides) if strides else one.new_empty(shape)
             return made if view is None else made.as_strided(*view)
         if strides:
+            new_empty_strided = one_element(dtype, device).new_empty_strided
+
             def make():
-                return torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                return new_empty_strided(shape, strides)
         else:
             empty_like, template = torch.empty_like, one_element(dtype, device).expand(*shape)
             if view is None:
