@@ -35,9 +35,12 @@ REDUCE_WEIGHT = 4.0
 
 
 # Share of the SMs that clusters of each size can occupy at once: a cluster runs inside
-# one GPC, and the H100's GPCs hold 14 to 18 SMs (clusters of 4 fill about 120 of 132).
-# Measured: 128 64x64 tiles ran 1.45x slower in 4x1 clusters than alone (one wave becomes two).
-CLUSTER_SM_SHARE = {1: 1.0, 2: 1.0, 4: 0.91, 8: 0.85}
+# one GPC, and the H100's GPCs hold 14 to 18 SMs. Measured: 128 64x64 tiles ran 1.45x
+# slower in 4x1 clusters than alone (one wave becomes two); 128x256 tiles in 4x1 against
+# 2x1 clusters at 640 to 1024 tokens (docs/sweep_8bit_picks_round6_h100.log, 13 shapes, f16,
+# bf16, e4m3) won 4-43% or lost 5-40% exactly as waves of 29 clusters of 4 (116 SMs) against
+# 66 of 2 predict: 30 (the earlier 0.91) mispredicted 11008x1024 (-18%).
+CLUSTER_SM_SHARE = {1: 1.0, 2: 1.0, 4: 0.88, 8: 0.85}
 
 
 def sm90_tile_cost(threadblock, cluster, splits: int, m: int, n: int, k: int, sm_count: int) -> float:

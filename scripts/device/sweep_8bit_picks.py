@@ -62,6 +62,10 @@ ROUND5_SHAPES = {"s8": [(14336, 1024, 4096), (28672, 1024, 8192), (8192, 1024, 8
                  "f16": [(14336, 2048, 4096), (28672, 1024, 8192), (8192, 2048, 8192)]}
 ROUND3 = {d: [((128, 128, 256 if d in ("e4m3", "s8") else 128), c, CO, ()) for c in ((1, 2, 1), (2, 1, 1))]
           for d in CANDIDATES}
+# `--round 6`: ROUND4's tiles (2x1 against 4x1 clusters) over more M at 1024 tokens, and at
+# 640 and 768 (the same N range, 513..1024, runs one tile): where does 4x1 win, where lose?
+ROUND6_SHAPES = [(m, 1024, 4096) for m in (4096, 5120, 8192, 11008, 12288, 13824, 14336, 18432)] + \
+    [(28672, 1024, 8192), (14336, 768, 4096), (14336, 640, 4096), (11008, 768, 4096), (8192, 768, 8192)]
 
 
 def configs(dtype, round_=1):
@@ -71,7 +75,7 @@ def configs(dtype, round_=1):
                          reads_c=False)
     base = dataclasses.replace(base, layout_c=layout, scales=scales)
     return [dataclasses.replace(base, threadblock=tb, cluster=cluster, schedule=schedule, epilogue_tile=epi)
-            for tb, cluster, schedule, epi in {3: ROUND3, 4: ROUND4}.get(round_, CANDIDATES)[dtype]]
+            for tb, cluster, schedule, epi in {3: ROUND3, 4: ROUND4, 6: ROUND4}.get(round_, CANDIDATES)[dtype]]
 
 
 def label(config):
@@ -170,8 +174,9 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5],
-                        help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; 4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES")
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6],
+                        help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
+                             "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
@@ -182,7 +187,8 @@ def main():
 
     rng = cupy.random.default_rng(0)
     for dtype in args.dtypes:
-        shapes = {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES, 5: ROUND5_SHAPES.get(dtype, [])}.get(args.round)
+        shapes = {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES, 5: ROUND5_SHAPES.get(dtype, []),
+                  6: ROUND6_SHAPES}.get(args.round)
         sweep(dtype, ROUND2[dtype] if shapes is None else shapes, rng, args.round)
 
 
