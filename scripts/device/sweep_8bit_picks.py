@@ -66,6 +66,10 @@ ROUND3 = {d: [((128, 128, 256 if d in ("e4m3", "s8") else 128), c, CO, ()) for c
 # where it trails cuSPARSELt by 1-3% on cuSPARSELt's own tile
 ROUND7_SHAPES = [(16384, 16384, 16384), (8192, 8192, 8192), (11008, 4096, 4096), (8192, 4096, 28672),
                  (28672, 4096, 8192)]
+# `--round 8`: f16/bf16 128x256x64 c2x1 with CUTLASS's epilogue subtile (128x32) against
+# 128x64 (fewer, larger TMA stores) at ROUND7_SHAPES
+ROUND8 = {d: [((128, 256, 64), (2, 1, 1), CO, ()), ((128, 256, 64), (2, 1, 1), CO, (128, 64))]
+          for d in ("f16", "bf16")}
 # `--round 6`: ROUND4's tiles (2x1 against 4x1 clusters) over more M at 1024 tokens, and at
 # 640 and 768 (the same N range, 513..1024, runs one tile): where does 4x1 win, where lose?
 ROUND6_SHAPES = [(m, 1024, 4096) for m in (4096, 5120, 8192, 11008, 12288, 13824, 14336, 18432)] + \
@@ -79,7 +83,7 @@ def configs(dtype, round_=1):
                          reads_c=False)
     base = dataclasses.replace(base, layout_c=layout, scales=scales)
     return [dataclasses.replace(base, threadblock=tb, cluster=cluster, schedule=schedule, epilogue_tile=epi)
-            for tb, cluster, schedule, epi in {3: ROUND3, 4: ROUND4, 6: ROUND4}.get(round_, CANDIDATES)[dtype]]
+            for tb, cluster, schedule, epi in {3: ROUND3, 4: ROUND4, 6: ROUND4, 8: ROUND8}.get(round_, CANDIDATES)[dtype]]
 
 
 def label(config):
@@ -178,10 +182,10 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7],
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8],
                         help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
                              "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES; "
-                             "7: swizzles at ROUND7_SHAPES")
+                             "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
@@ -193,7 +197,7 @@ def main():
     rng = cupy.random.default_rng(0)
     for dtype in args.dtypes:
         shapes = {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES, 5: ROUND5_SHAPES.get(dtype, []),
-                  6: ROUND6_SHAPES, 7: ROUND7_SHAPES}.get(args.round)
+                  6: ROUND6_SHAPES, 7: ROUND7_SHAPES, 8: ROUND7_SHAPES}.get(args.round)
         sweep(dtype, ROUND2[dtype] if shapes is None else shapes, rng, args.round)
 
 
