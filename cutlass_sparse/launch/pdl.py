@@ -75,19 +75,20 @@ class Entry:
                  programmatic: bool = False) -> None:
         """Launch with the kernelParams array at params_address on `stream` (a CuPy
         stream; default the current one)."""
-        key = (grid, (stream or self._current_stream()).ptr, programmatic and ENABLED)
-        config = self._configs.get(key) or self._config(key)
+        config = self._config_for(grid, (stream or self._current_stream()).ptr, programmatic)
         err, = self._launch(config, self._function, params_address, 0)
         if err:
             self._failed(err, config, grid, params_address)
 
-    def again(self, key: tuple, grid: tuple[int, int, int], params_address: int, stream_ptr: int,
-              programmatic: bool, held) -> "Again":
-        """This launch, kept to be made again as it is (Again) under `key`; `held`: what
-        params_address points into, kept alive with it."""
-        config_key = (grid, stream_ptr, programmatic and ENABLED)
-        config = self._configs.get(config_key) or self._config(config_key)
-        return Again(key, self, config, grid, params_address, held)
+    def again(self, grid: tuple[int, int, int], params_address: int, stream_ptr: int, programmatic: bool,
+              held) -> "Again":
+        """This launch, kept to be made again as it is (Again); `held`: what params_address
+        points into, kept alive with it."""
+        return Again(self, self._config_for(grid, stream_ptr, programmatic), grid, params_address, held)
+
+    def _config_for(self, grid, stream_ptr: int, programmatic: bool):
+        key = (grid, stream_ptr, programmatic and ENABLED)
+        return self._configs.get(key) or self._config(key)
 
     def _failed(self, err, config, grid, params_address) -> None:
         """After a launch returned err: once more where the thread had no current context
@@ -108,10 +109,10 @@ class Again:
     call (the same pointers on the same stream, so the same Params) fires it: about a
     microsecond of host time less than finding the launch anew."""
 
-    __slots__ = ("key", "_entry", "_call", "_config", "_function", "_grid", "_address", "_held")
+    __slots__ = ("_entry", "_call", "_config", "_function", "_grid", "_address", "_held")
 
-    def __init__(self, key: tuple, entry: Entry, config, grid, address: int, held):
-        self.key, self._entry, self._call = key, entry, entry._launch
+    def __init__(self, entry: Entry, config, grid, address: int, held):
+        self._entry, self._call = entry, entry._launch
         self._config, self._function, self._grid, self._address, self._held = \
             config, entry._function, grid, address, held
 

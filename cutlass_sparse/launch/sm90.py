@@ -246,7 +246,7 @@ class Sm90Plan:
                 del agains[next(iter(agains))]
             except (KeyError, RuntimeError, StopIteration):   # another thread's keep or eviction meanwhile
                 pass
-        agains[key] = self._gemm.again(key, ready.grid, ready.arguments, stream.ptr, True, ready.held)
+        agains[key] = self._gemm.again(ready.grid, ready.arguments, stream.ptr, True, ready.held)
 
     def launch_staged(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS, allocate=None) -> None:
         """run() from the caller's pointers, x and D laid out as the Problem says (C
