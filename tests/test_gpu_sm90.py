@@ -104,6 +104,17 @@ def test_k256_tiles_take_a_k_that_256_does_not_divide(shape, dtype):
             check(cs.matmul(sw, x, out=poisoned((m, n), dtypes.numpy_dtype(dtype)), config=config), w, x, dtype)
 
 
+@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
+def test_kernels_with_wgmma_in_flight_match_dense(dtype):
+    for m, n, k in gpu_cases.IN_FLIGHT_SHAPES:
+        w, sw, x = operands(m, n, k, dtype, "row", seed=m + n + k)
+        for config in gpu_cases.sm90_in_flight_configs(dtype):
+            info = {}
+            y = cs.matmul(sw, x, out=poisoned((m, n), dtypes.numpy_dtype(dtype)), config=config, info=info)
+            assert info["config"] == config.name
+            check(y, w, x, dtype)
+
+
 def test_layouts_are_not_interchangeable():
     w, sw, x = operands(128, 64, 128, "f16", "row", seed=5)
     sw80 = cs.compress(w, layout="sm80")

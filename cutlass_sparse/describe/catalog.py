@@ -45,6 +45,7 @@ class Family:
     # (tile, outputs it is limited to, why): a tile's own `outputs` in the catalog file
     limits: tuple[tuple[tuple, tuple[str, ...], str], ...] = ()
     fast_accum: bool = False     # fp8: CUTLASS's fast-accumulation schedules (SparseGemmConfig)
+    mma_in_flight: bool = False  # sm90: one wgmma batch in flight across k-tiles (SparseGemmConfig)
     # (tile, epilogue subtile) where a tile names its own (SparseGemmConfig.epilogue_tile)
     subtiles: tuple[tuple[tuple, tuple[int, int]], ...] = ()
     # (tile, (least N, largest N)) for tiles selection takes only in that range of N (where
@@ -84,7 +85,7 @@ class Family:
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
             cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler, fast_accum=self.fast_accum,
             element_b="" if element_b == element else element_b, reads_c=reads_c,
-            epilogue_tile=self.subtile(tile))
+            epilogue_tile=self.subtile(tile), mma_in_flight=self.mma_in_flight)
 
     def out_types(self, element: str, outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """'same' in the catalog is the input type."""
@@ -131,6 +132,7 @@ def load(family: str) -> Family:
         layouts_b=tuple(data["layouts_b"]), alignments_b=tuple(data["alignments_b"]),
         alignments_c=tuple(data["alignments_c"]), swizzle=data["swizzle"],
         tiles=tuple(tile(t) for t in data["tile"]), fast_accum=data.get("fast_accum", False),
+        mma_in_flight=data.get("mma_in_flight", False),
         limits=tuple((tile(t), tuple(t["outputs"]), t.get("why", "not offered")) for t in data["tile"]
                      if "outputs" in t),
         subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
@@ -138,18 +140,19 @@ def load(family: str) -> Family:
     )
 
 
-# What a name adds after a catalog configuration's own: an epilogue subtile, no C
-_SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_noc)?$")
+# What a name adds after a catalog configuration's own: an epilogue subtile, wgmma in
+# flight, no C
+_SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_inflight)?(_noc)?$")
 
 
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
     """The configuration with this procedural name, among every one the catalogs can build
-    (an sm90 name may end in the suffixes of a kernel without C and of an epilogue subtile,
-    as calls report them: `..._epi128x16_noc`)."""
+    (an sm90 name may end in the suffixes of an epilogue subtile, of wgmma in flight and of
+    a kernel without C, as calls report them: `..._epi128x16_inflight_noc`)."""
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
     suffixes = _SUFFIXES.search(name)   # the name says both what it adds
     base = name[:suffixes.start()]
-    changes = {"reads_c": suffixes[3] is None,
+    changes = {"reads_c": suffixes[4] is None, "mma_in_flight": suffixes[3] is not None,
                "epilogue_tile": (int(suffixes[1]), int(suffixes[2])) if suffixes[1] else ()}
     for fam in names:
         for config in load(fam).enumerate(widest_only=False):

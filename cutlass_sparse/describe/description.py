@@ -103,6 +103,10 @@ class SparseGemmConfig:
     # CUTLASS's choice (EpilogueTileAuto). A narrower one takes less shared memory, which
     # can leave room for another mainloop stage (an int32 D's buffers are twice a bf16 D's).
     epilogue_tile: tuple[int, ...] = ()
+    # sm90: the mainloop keeps one k-tile's wgmma batch in flight while the next k-tile's
+    # metadata loads into a second register fragment (emit.nvrtc_headers); CUTLASS's sparse
+    # mainloop waits for each batch, so the tensor cores drain every k-tile.
+    mma_in_flight: bool = False
 
     def __post_init__(self):
         checks = [
@@ -145,6 +149,8 @@ class SparseGemmConfig:
                                            and self.threadblock[0] % self.epilogue_tile[0] == 0
                                            and self.threadblock[1] % self.epilogue_tile[1] == 0),
              f"epilogue_tile {self.epilogue_tile}: () or, for family sm90, (M, N) dividing the tile"),
+            (not self.mma_in_flight or self.family == "sm90",
+             f"mma_in_flight: family sm90 only (wgmma), not {self.family}"),
             (self.reads_c or self.family == "sm90",
              "reads_c False: family sm90 only (CUTLASS 2.x sparse kernels always have a C operand)"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
@@ -247,6 +253,8 @@ class SparseGemmConfig:
             name += "_scaled"
         if self.epilogue_tile:
             name += "_epi" + "x".join(map(str, self.epilogue_tile))
+        if self.mma_in_flight:
+            name += "_inflight"
         if not self.reads_c:
             name += "_noc"
         return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
@@ -256,7 +264,7 @@ class SparseGemmConfig:
         """Stable short hash of every field."""
         fields = asdict(self)
         for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", ""), ("reads_c", True),
-                               ("epilogue_tile", ())):
+                               ("epilogue_tile", ()), ("mma_in_flight", False)):
             if fields[field] == default:   # keys made before the field existed stay valid
                 del fields[field]
         blob = json.dumps(fields, sort_keys=True)

@@ -16,6 +16,11 @@ Two host-only steps stand between CUTLASS 3.x's Params construction and NVRTC:
   with the signal left to the working warp group, 7% faster:
   docs/probe_pdl_h100.log); and the stream-K scheduler's is_last_tile (const) passes a
   member to a non-const reference, which does not compile once GDC is on.
+- In-flight wgmma (opt-in, SparseGemmConfig.mma_in_flight): CUTLASS's sparse mainloop
+  loads each k-tile's metadata into one register fragment that the wgmma reads, so it
+  waits for every batch before the next load (K_PIPE_MMAS = 0: the tensor cores drain
+  each k-tile). The patch gives it a second fragment and keeps one batch in flight, as
+  the dense mainloop does (K_PIPE_MMAS = 1).
 - uint128_t falls back to a breakpoint (a kernel fault) for 128-bit division unless it
   sees GCC on x86; NVRTC has __int128 on the device (--device-int128), so the patch
   turns the native type on. Without it the tile scheduler's FastDivmodU64 trapped for
@@ -27,7 +32,6 @@ the headers fails loudly instead of compiling something else.
 from __future__ import annotations
 
 import functools
-import hashlib
 
 from .. import env
 
@@ -37,6 +41,7 @@ UINT128_HEADER = "cutlass/uint128.h"
 SCHEDULER_PARAMS_HEADER = "cutlass/gemm/kernel/tile_scheduler_params.h"
 PINGPONG_HEADER = "cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_pingpong.hpp"
 STREAM_K_HEADER = "cutlass/gemm/kernel/sm90_tile_scheduler_stream_k.hpp"
+SPARSE_MAINLOOP_HEADER = "cutlass/gemm/collective/sm90_sparse_mma_tma_gmma_ss_warpspecialized.hpp"
 
 # Recipe layout inside the 128-byte descriptor (mirrored by tma.RECIPE_DTYPE).
 RECIPE_HOOK = r"""
@@ -132,29 +137,105 @@ _PATCHES = {
     ],
 }
 
+# The sparse mainloop's consumer loop with one wgmma batch left in flight (see the module's
+# docstring); replaces the text from the metadata fragment's retile to mma_tail.
+IN_FLIGHT_MAINLOOP = r"""    Tensor tErE  = smem_thr_copy_E.retile_D(tCrE);                      // (ECPY,ECPY_M,ECPY_K)
+    // cutlass_sparse: a second metadata fragment. A k-tile's wgmma reads its metadata from
+    // registers, so with one fragment the next k-tile's metadata load must wait for the whole
+    // batch (CUTLASS: K_PIPE_MMAS = 0, the tensor cores drain every k-tile). With two, one
+    // batch stays in flight while the next k-tile's metadata loads into the other fragment.
+    Tensor tCrE_next = make_fragment_like<ElementEMma>(tCsE);
+    Tensor tErE_next = smem_thr_copy_E.retile_D(tCrE_next);
+
+    static_assert(K_PIPE_MMAS == 1 && K_PIPE_MMAS < K_PIPE_MAX, "one wgmma batch in flight");
+
+    // Releases the stage of the k-tile before the one just issued, once at most one batch
+    // (the one just issued) is left in flight.
+    PipelineState smem_pipe_release = smem_pipe_read;
+
+    tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+    warpgroup_fence_operand(accum);
+
+    auto issue_k_tile = [&](auto& tErE_k) {
+      auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+      pipeline.consumer_wait(smem_pipe_read, barrier_token);
+      int read_stage = smem_pipe_read.index();
+      copy(smem_tiled_copy_E, tEsE(_,_,_,read_stage), tErE_k);
+      warpgroup_fence_operand(accum);
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
+        cute::gemm(tiled_mma, make_zip_tensor(tCrA(_,_,k_block,read_stage), tErE_k(_,_,k_block)), tCrB(_,_,k_block,read_stage), accum);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      ++smem_pipe_read;
+    };
+    auto retire_previous = [&]() {
+      warpgroup_wait<K_PIPE_MMAS>();
+      warpgroup_fence_operand(accum);
+      pipeline.consumer_release(smem_pipe_release);
+      ++smem_pipe_release;
+    };
+
+    if (k_tile_count > 0) {
+      issue_k_tile(tErE);           // left in flight: mma_tail waits for it and releases its stage
+      --k_tile_count;
+    }
+    // Two k-tiles a trip, one per fragment (registers cannot be indexed at run time).
+    CUTLASS_PRAGMA_NO_UNROLL
+    for ( ; k_tile_count > 1; k_tile_count -= 2) {
+      issue_k_tile(tErE_next);
+      retire_previous();
+      issue_k_tile(tErE);
+      retire_previous();
+    }
+    if (k_tile_count > 0) {
+      issue_k_tile(tErE_next);
+      retire_previous();
+    }
+
+    warpgroup_fence_operand(accum);
+  }
+
+"""
+
+# Patches for configurations with mma_in_flight only: other kernels keep their headers
+# (and so their cache keys).
+_IN_FLIGHT_PATCHES = {
+    SPARSE_MAINLOOP_HEADER: [
+        ("  static constexpr int K_PIPE_MMAS = 0;", "  static constexpr int K_PIPE_MMAS = 1;  // cutlass_sparse: in flight"),
+        (("    Tensor tErE  = smem_thr_copy_E.retile_D(tCrE);",
+          "  /// Perform a Consumer Epilogue to release all buffers"), IN_FLIGHT_MAINLOOP),
+    ],
+}
+
 
 class HeaderPatchError(RuntimeError):
     pass
 
 
 @functools.cache
-def patched_headers() -> tuple[tuple[str, str], ...]:
-    """(include name, patched text) for every patched CUTLASS header."""
-    out = []
-    for include, patches in _PATCHES.items():
-        text = (env.cutlass_root() / "include" / include).read_text()
-        for old, new in patches:
-            if text.count(old) != 1:
+def patched_headers(mma_in_flight: bool = False) -> tuple[tuple[str, str], ...]:
+    """(include name, patched text) for every patched CUTLASS header; mma_in_flight adds the
+    sparse mainloop's (SparseGemmConfig.mma_in_flight)."""
+    patch_sets = {**_PATCHES, **(_IN_FLIGHT_PATCHES if mma_in_flight else {})}
+    return tuple((include, _patched(include, patches)) for include, patches in patch_sets.items())
+
+
+def _patched(include: str, patches) -> str:
+    """The header with each (old, new) applied; an old of two strings replaces the text from
+    the first up to the second. Each piece of old text must occur exactly once."""
+    text = (env.cutlass_root() / "include" / include).read_text()
+    for old, new in patches:
+        for piece in (old if isinstance(old, tuple) else (old,)):
+            if text.count(piece) != 1:
                 raise HeaderPatchError(
-                    f"cannot patch {include}: expected text found {text.count(old)} times "
-                    f"(CUTLASS version changed?): {old[:60]!r}")
+                    f"cannot patch {include}: expected text found {text.count(piece)} times "
+                    f"(CUTLASS version changed?): {piece[:60]!r}")
+        if isinstance(old, tuple):
+            start, end = text.index(old[0]), text.index(old[1])
+            text = text[:start] + new + text[end:]
+        else:
             text = text.replace(old, new)
-        out.append((include, text))
-    return tuple(out)
-
-
-def digest() -> str:
-    h = hashlib.sha256()
-    for name, text in patched_headers():
-        h.update(name.encode() + b"\0" + text.encode())
-    return h.hexdigest()
+    return text

@@ -311,7 +311,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "before_includes": BEFORE_INCLUDES, "after_includes": AFTER_INCLUDES,
     })
     return Emitted(source, {config.name: ("params_bytes", 8), f"{config.name}_setup": setup.dtype.itemsize},
-                   ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(),
+                   ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(config.mma_in_flight),
                    ("--device-int128",))
 
 

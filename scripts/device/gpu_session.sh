@@ -53,7 +53,7 @@ fi
 if [ -n "$NCU" ]; then   # Nsight Compute: DRAM and SM throughput of the chosen kernel, decode rows and 8192^3
   for shape in "4096 16 4096" "14336 16 4096" "4096 128 4096" "8192 8192 8192"; do
     set -- $shape
-    timeout 120 ncu --target-processes all --kernel-name regex:'sptensorop.*(epi_tma|streamk)(_noc)?$' --launch-skip 3 \
+    timeout 120 ncu --target-processes all --kernel-name regex:'sptensorop.*(epi_tma|streamk)(_inflight)?(_noc)?$' --launch-skip 3 \
       --launch-count 1 --section SpeedOfLight --section LaunchStats \
       python3 scripts/run_gemm.py --m $1 --n $2 --k $3 > $OUT/ncu_$1x$2x$3.log 2>&1
     echo "ncu $1x$2x$3 rc=$?: $(grep -oE 'sptensorop_spgemm_[a-z0-9_]+' $OUT/ncu_$1x$2x$3.log | head -1)"

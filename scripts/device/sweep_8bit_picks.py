@@ -74,9 +74,21 @@ ROUND8 = {d: [((128, 256, 64), (2, 1, 1), CO, ()), ((128, 256, 64), (2, 1, 1), C
 # 640 and 768 (the same N range, 513..1024, runs one tile): where does 4x1 win, where lose?
 ROUND6_SHAPES = [(m, 1024, 4096) for m in (4096, 5120, 8192, 11008, 12288, 13824, 14336, 18432)] + \
     [(28672, 1024, 8192), (14336, 768, 4096), (14336, 640, 4096), (11008, 768, 4096), (8192, 768, 8192)]
+# `--round 9` (f16, bf16): the library's pick at each row against the same kernel with one
+# wgmma batch kept in flight across k-tiles (SparseGemmConfig.mma_in_flight)
+ROUND9_SHAPES = SHAPES + [(4096, 16, 4096), (4096, 16, 14336), (14336, 16, 4096), (4096, 128, 4096),
+                          (4096, 64, 14336), (28672, 16, 8192)]
+
+
+def library_pick(dtype, m, n, k):
+    """The configuration cs.matmul picks for a 16-bit row-major problem without C."""
+    return selection.config_for_shape(m, n, k, dtype, dtype, "row", 132, family="sm90")
 
 
 def configs(dtype, round_=1):
+    if round_ == 9:
+        return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), mma_in_flight=True).as_compiled()
+                                  for s in ROUND9_SHAPES))
     family = catalog.load(catalog.for_element("sm90", dtype))
     out, alignment_c, scales, layout = OUT[dtype]
     base = family.config(family.tiles[0], dtype, out, layout, alignment_c if layout == "row" else 16, alignment_c,
@@ -89,7 +101,7 @@ def configs(dtype, round_=1):
 def label(config):
     epi = "x".join(map(str, config.epilogue_tile)) or "auto"
     return (f"{'x'.join(map(str, config.threadblock)):11} c{config.cluster[0]}x{config.cluster[1]} "
-            f"{config.schedule[:4]} epi {epi:6} swz{config.swizzle}")
+            f"{config.schedule[:4]} {'flight' if config.mma_in_flight else 'drain '} epi {epi:6} swz{config.swizzle}")
 
 
 def sweep(dtype, shapes, rng, round_=1):
@@ -147,6 +159,9 @@ def sweep(dtype, shapes, rng, round_=1):
         if round_ in (5, 7):   # the library's own kernel at each swizzle
             chosen = plans.get(problem).config
             swept = [dataclasses.replace(chosen, swizzle=z) for z in (1, 2, 4, 8)]
+        elif round_ == 9:      # the library's own kernel, then with wgmma in flight
+            chosen = plans.get(problem).config
+            swept = [chosen, dataclasses.replace(chosen, mma_in_flight=True)] * 2   # twice: A B A B
         else:             # each candidate at the swizzle the rule gives its tile
             default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
             swept = [dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
@@ -182,10 +197,11 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8],
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9],
                         help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
                              "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES; "
-                             "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES")
+                             "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES; "
+                             "9: the library's pick, drained and in flight, at ROUND9_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
@@ -197,7 +213,7 @@ def main():
     rng = cupy.random.default_rng(0)
     for dtype in args.dtypes:
         shapes = {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES, 5: ROUND5_SHAPES.get(dtype, []),
-                  6: ROUND6_SHAPES, 7: ROUND7_SHAPES, 8: ROUND7_SHAPES}.get(args.round)
+                  6: ROUND6_SHAPES, 7: ROUND7_SHAPES, 8: ROUND7_SHAPES, 9: ROUND9_SHAPES}.get(args.round)
         sweep(dtype, ROUND2[dtype] if shapes is None else shapes, rng, args.round)
 
 

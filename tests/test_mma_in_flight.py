@@ -1,0 +1,69 @@
+"""sm90 kernels that keep one wgmma batch in flight across k-tiles
+(SparseGemmConfig.mma_in_flight), without a GPU: their identity, the mainloop patch only
+they get, and that every other kernel keeps its headers (and so its cache key). Their
+results and speed are checked on the H100 (scripts/device/sweep_8bit_picks.py --round 9,
+tests/test_gpu_sm90.py)."""
+import dataclasses
+
+import pytest
+
+from cutlass_sparse.build import kernels
+from cutlass_sparse.describe import catalog, selection
+from cutlass_sparse.emit import nvrtc_headers
+from cutlass_sparse.emit.registry import emit
+
+
+def _pick():
+    return selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90").as_compiled()
+
+
+def test_a_kernel_in_flight_is_its_own_kernel_and_its_name_finds_it():
+    drained = _pick()
+    in_flight = dataclasses.replace(drained, mma_in_flight=True)
+    assert in_flight.name == drained.name[:-len("_noc")] + "_inflight_noc"
+    assert in_flight.key != drained.key
+    assert catalog.find(in_flight.name) == in_flight
+    subtile = dataclasses.replace(in_flight, epilogue_tile=(128, 64))
+    assert subtile.name.endswith("_epi128x64_inflight_noc") and catalog.find(subtile.name) == subtile
+    # descriptions stored before the field existed load as drained kernels
+    stored = drained.to_json()
+    del stored["mma_in_flight"]
+    assert type(drained).from_json(stored) == drained
+    with pytest.raises(ValueError, match="mma_in_flight: family sm90 only"):
+        dataclasses.replace(catalog.load("sm80").enumerate()[0], mma_in_flight=True)
+
+
+def test_only_a_kernel_in_flight_gets_the_patched_mainloop():
+    drained = _pick()
+    in_flight = dataclasses.replace(drained, mma_in_flight=True)
+    plain, patched = dict(emit(drained).headers), dict(emit(in_flight).headers)
+    assert nvrtc_headers.SPARSE_MAINLOOP_HEADER not in plain
+    mainloop = patched.pop(nvrtc_headers.SPARSE_MAINLOOP_HEADER)
+    assert patched == plain   # every other header as a drained kernel has it
+    assert "K_PIPE_MMAS = 1;" in mainloop and "K_PIPE_MMAS = 0;" not in mainloop
+    # two metadata fragments, alternating, and one batch left in flight after each issue
+    assert "issue_k_tile(tErE_next);\n      retire_previous();\n      issue_k_tile(tErE);" in mainloop
+    assert "warpgroup_wait<K_PIPE_MMAS>();" in mainloop
+    # the rest of the collective is CUTLASS's: the producer's load and mma_tail are untouched
+    original = (nvrtc_headers.env.cutlass_root() / "include" / nvrtc_headers.SPARSE_MAINLOOP_HEADER).read_text()
+    for kept in ("  mma_tail(MainloopPipeline pipeline, PipelineState smem_pipe_release, int k_tile_count) {",
+                 "copy(mainloop_params.tma_load_e.with(*tma_barrier, mcast_mask_e)"):
+        assert kept in original and kept in mainloop
+    assert kernels.cache_key(emit(in_flight), "sm_90a", []) != kernels.cache_key(emit(drained), "sm_90a", [])
+
+
+def test_a_patch_whose_text_moved_fails_loudly(monkeypatch):
+    moved = {nvrtc_headers.SPARSE_MAINLOOP_HEADER: [(("no such start", "  /// Perform a Consumer Epilogue"), "x")]}
+    monkeypatch.setattr(nvrtc_headers, "_IN_FLIGHT_PATCHES", moved)
+    nvrtc_headers.patched_headers.cache_clear()
+    try:
+        with pytest.raises(nvrtc_headers.HeaderPatchError, match="found 0 times"):
+            nvrtc_headers.patched_headers(True)
+    finally:
+        nvrtc_headers.patched_headers.cache_clear()
+
+
+def test_a_catalog_can_turn_it_on_for_its_tiles(monkeypatch):
+    family = dataclasses.replace(catalog.load("sm90"), mma_in_flight=True)
+    config = family.config(family.tiles[0], "f16", "f16", "row", 8, 8, reads_c=False)
+    assert config.mma_in_flight and config.name.endswith("_inflight_noc")
