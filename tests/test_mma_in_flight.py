@@ -13,13 +13,15 @@ from cutlass_sparse.emit import nvrtc_headers
 from cutlass_sparse.emit.registry import emit
 
 
-def _pick():
-    return selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90").as_compiled()
+def _pick(mma_in_flight=False):
+    chosen = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90").as_compiled()
+    return dataclasses.replace(chosen, mma_in_flight=mma_in_flight)
 
 
 def test_a_kernel_in_flight_is_its_own_kernel_and_its_name_finds_it():
-    drained = _pick()
-    in_flight = dataclasses.replace(drained, mma_in_flight=True)
+    drained, in_flight = _pick(), _pick(mma_in_flight=True)
+    assert in_flight == selection.config_for_shape(
+        4096, 4096, 4096, "f16", "f16", "row", 132, "sm90").as_compiled()   # the catalog's choice
     assert in_flight.name == drained.name[:-len("_noc")] + "_inflight_noc"
     assert in_flight.key != drained.key
     assert catalog.find(in_flight.name) == in_flight
@@ -34,8 +36,7 @@ def test_a_kernel_in_flight_is_its_own_kernel_and_its_name_finds_it():
 
 
 def test_only_a_kernel_in_flight_gets_the_patched_mainloop():
-    drained = _pick()
-    in_flight = dataclasses.replace(drained, mma_in_flight=True)
+    drained, in_flight = _pick(), _pick(mma_in_flight=True)
     plain, patched = dict(emit(drained).headers), dict(emit(in_flight).headers)
     assert nvrtc_headers.SPARSE_MAINLOOP_HEADER not in plain
     mainloop = patched.pop(nvrtc_headers.SPARSE_MAINLOOP_HEADER)
@@ -63,7 +64,10 @@ def test_a_patch_whose_text_moved_fails_loudly(monkeypatch):
         nvrtc_headers.patched_headers.cache_clear()
 
 
-def test_a_catalog_can_turn_it_on_for_its_tiles(monkeypatch):
-    family = dataclasses.replace(catalog.load("sm90"), mma_in_flight=True)
-    config = family.config(family.tiles[0], "f16", "f16", "row", 8, 8, reads_c=False)
+def test_a_catalog_turns_it_on_per_tile():
+    family = catalog.load("sm90")
+    on, off = family.tiles[:2]
+    family = dataclasses.replace(family, in_flight=(on,))
+    config = family.config(on, "f16", "f16", "row", 8, 8, reads_c=False)
     assert config.mma_in_flight and config.name.endswith("_inflight_noc")
+    assert not family.config(off, "f16", "f16", "row", 8, 8).mma_in_flight

@@ -45,12 +45,15 @@ class Family:
     # (tile, outputs it is limited to, why): a tile's own `outputs` in the catalog file
     limits: tuple[tuple[tuple, tuple[str, ...], str], ...] = ()
     fast_accum: bool = False     # fp8: CUTLASS's fast-accumulation schedules (SparseGemmConfig)
-    mma_in_flight: bool = False  # sm90: one wgmma batch in flight across k-tiles (SparseGemmConfig)
     # (tile, epilogue subtile) where a tile names its own (SparseGemmConfig.epilogue_tile)
     subtiles: tuple[tuple[tuple, tuple[int, int]], ...] = ()
     # (tile, (least N, largest N)) for tiles selection takes only in that range of N (where
     # their sweeps measured them ahead; catalog keys min_n and max_n)
     n_bounds: tuple[tuple[tuple, tuple[int, float]], ...] = ()
+    # tiles whose kernels keep one wgmma batch in flight (SparseGemmConfig.mma_in_flight;
+    # catalog key mma_in_flight): where the H100 measured it ahead. It costs a stage of
+    # prefetch (a stage is released one k-tile later), which lost 6% on a 4-stage tile.
+    in_flight: tuple[tuple, ...] = ()
 
     def subtile(self, tile) -> tuple[int, ...]:
         """The epilogue subtile the catalog names for this tile (() = CUTLASS's choice)."""
@@ -85,7 +88,7 @@ class Family:
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
             cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler, fast_accum=self.fast_accum,
             element_b="" if element_b == element else element_b, reads_c=reads_c,
-            epilogue_tile=self.subtile(tile), mma_in_flight=self.mma_in_flight)
+            epilogue_tile=self.subtile(tile), mma_in_flight=tile in self.in_flight)
 
     def out_types(self, element: str, outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """'same' in the catalog is the input type."""
@@ -132,11 +135,11 @@ def load(family: str) -> Family:
         layouts_b=tuple(data["layouts_b"]), alignments_b=tuple(data["alignments_b"]),
         alignments_c=tuple(data["alignments_c"]), swizzle=data["swizzle"],
         tiles=tuple(tile(t) for t in data["tile"]), fast_accum=data.get("fast_accum", False),
-        mma_in_flight=data.get("mma_in_flight", False),
         limits=tuple((tile(t), tuple(t["outputs"]), t.get("why", "not offered")) for t in data["tile"]
                      if "outputs" in t),
         subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
         n_bounds=tuple((tile(t), _n_bounds(t, path)) for t in data["tile"] if "min_n" in t or "max_n" in t),
+        in_flight=tuple(tile(t) for t in data["tile"] if t.get("mma_in_flight", False)),
     )
 
 

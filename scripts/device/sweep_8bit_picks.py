@@ -81,8 +81,19 @@ ROUND9_SHAPES = SHAPES + [(4096, 16, 4096), (4096, 16, 14336), (14336, 16, 4096)
 
 
 def library_pick(dtype, m, n, k):
-    """The configuration cs.matmul picks for a 16-bit row-major problem without C."""
-    return selection.config_for_shape(m, n, k, dtype, dtype, "row", 132, family="sm90")
+    """The GEMM the bench's call plans for this row (cs.matmul for 16-bit types, x and D
+    row-major; cs.linear_fp8 / linear_int8 for 8-bit ones, D column-major), found without
+    a GPU or a compile (kernels.first_asked)."""
+    from cutlass_sparse.build import kernels
+    from cutlass_sparse.describe.problem import Epilogue, Problem
+    from cutlass_sparse.plan import plans
+
+    out, _, scales, layout = OUT[dtype]
+    problem = Problem.contiguous("sm90", m, n, k, element=dtype, element_out=out, layout_b=layout,
+                                 out_layout=layout, sm_count=132)
+    if dtype in dtypes.EIGHT_BIT_NAMES:
+        problem = dataclasses.replace(problem, epilogue=Epilogue(scales=scales))
+    return kernels.first_asked(lambda: plans.make(problem))[0]
 
 
 def configs(dtype, round_=1):

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""A copy of the kernel cache holding only what a GPU session needs, so that it travels
+under the device tool's 64 MiB (the full cache of every sweep's kernels does not).
+
+    CUTLASS_SPARSE_CACHE=/tmp/csd/cs.db python scripts/device/trim_cache.py /tmp/csd/trim.db \
+        [--round9]        # and sweep_8bit_picks.py --round 9's kernels
+
+Keeps tests.gpu_cases' session kernels (and the round's), plus every toolchain and winner
+row; then gzip the result into .device/compiled_cache.db.gz."""
+import argparse
+import sqlite3
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts" / "device")]
+
+from cutlass_sparse import env  # noqa: E402
+from cutlass_sparse.build import compiler, kernels  # noqa: E402
+from cutlass_sparse.emit.registry import emit  # noqa: E402
+
+
+def key_of(config, arch: str) -> str:
+    emitted = emit(config)
+    arch = kernels.normalize_arch(arch)
+    return kernels.cache_key(emitted, arch, compiler.options_for(arch, emitted.options))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target")
+    parser.add_argument("--round9", action="store_true", help="also sweep_8bit_picks.py --round 9's kernels")
+    args = parser.parse_args()
+    import gpu_cases
+
+    items = gpu_cases.session_configs()
+    if args.round9:
+        import sweep_8bit_picks
+        items += [(c, "sm_90a") for d in ("f16", "bf16", "e4m3", "s8") for c in sweep_8bit_picks.configs(d, 9)]
+    keep = {key_of(config, arch) for config, arch in items}
+    source = env.cache_path()
+    target = Path(args.target)
+    target.unlink(missing_ok=True)
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+    with sqlite3.connect(target) as db:
+        present = {row[0] for row in db.execute("select key from kernels")}
+        db.executemany("delete from kernels where key = ?", [(k,) for k in present - keep])
+    with sqlite3.connect(target) as db:
+        db.execute("vacuum")
+    print(f"kept {len(present & keep)} of {len(present)} kernels; {len(keep - present)} wanted are not cached",
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
