@@ -71,3 +71,21 @@ def test_a_catalog_turns_it_on_per_tile():
     config = family.config(on, "f16", "f16", "row", 8, 8, reads_c=False)
     assert config.mma_in_flight and config.name.endswith("_inflight_noc")
     assert not family.config(off, "f16", "f16", "row", 8, 8).mma_in_flight
+
+
+@pytest.mark.parametrize("shape,element", [((1024, 16, 1024), "f16"), ((4096, 4096, 4096), "bf16"),
+                                           ((4096, 512, 4096), "f16")])
+def test_the_profiler_compiles_the_kernels_it_then_runs(shape, element):
+    # its candidates take each tile's catalog fields (in flight or not), as the plans it
+    # times do: a kernel compiled ahead is the one that runs
+    from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.launch.sm90_choice import resolve
+    from cutlass_sparse.plan import records
+    from cutlass_sparse.profiler import tune
+
+    problem = Problem.contiguous("sm90", *shape, element=element, sm_count=132)
+    choices = records.candidates("sm90", shape[2])
+    compiled = {c.as_compiled() for c in tune.candidate_configs(choices, problem)}
+    ran = {resolve(problem, None, choice)[0].as_compiled() for choice in choices}
+    assert ran <= compiled
+    assert {c.mma_in_flight for c in ran} == {True, False}

@@ -59,6 +59,11 @@ class Family:
         """The epilogue subtile the catalog names for this tile (() = CUTLASS's choice)."""
         return next((sub for limited, sub in self.subtiles if limited == tile), ())
 
+    def tile_fields(self, tile) -> dict:
+        """What the catalog names per tile beyond its shape (SparseGemmConfig fields): every
+        configuration of the tile, the profiler's candidates included, takes them."""
+        return {"epilogue_tile": self.subtile(tile), "mma_in_flight": tile in self.in_flight}
+
     def takes_n(self, tile, n: int) -> bool:
         """Whether selection may take this tile for N's range ending at n (selection.n_range)."""
         return all(least <= n <= most for limited, (least, most) in self.n_bounds if limited == tile)
@@ -88,7 +93,7 @@ class Family:
             swizzle=self.swizzle, min_compute=self.min_compute, accumulator=self.accumulator,
             cluster=cluster, schedule=schedule, tile_scheduler=tile_scheduler, fast_accum=self.fast_accum,
             element_b="" if element_b == element else element_b, reads_c=reads_c,
-            epilogue_tile=self.subtile(tile), mma_in_flight=tile in self.in_flight)
+            **self.tile_fields(tile))
 
     def out_types(self, element: str, outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """'same' in the catalog is the input type."""

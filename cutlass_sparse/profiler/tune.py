@@ -102,8 +102,8 @@ def candidate_configs(choices, problem: Problem) -> list:
         tb, warps, stages, cluster, schedule, scheduler = choice.tile
         config = dataclasses.replace(base, threadblock=tb, warps=warps, stages=stages, cluster=cluster,
                                      schedule=schedule, tile_scheduler=scheduler, activation=activation,
-                                     epilogue_tile=catalog.load(catalog.for_element(choice.family, p.element))
-                                     .subtile(choice.tile))
+                                     **catalog.load(catalog.for_element(choice.family, p.element))
+                                     .tile_fields(choice.tile))
         if choice.family == "sm80":
             split = Split(choice.split_k, choice.split_k_mode)
             config = selection.gemm_variant(config, split, activation)
