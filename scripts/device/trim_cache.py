@@ -3,7 +3,7 @@
 under the device tool's 64 MiB (the full cache of every sweep's kernels does not).
 
     CUTLASS_SPARSE_CACHE=/tmp/csd/cs.db python scripts/device/trim_cache.py /tmp/csd/trim.db \
-        [--round9]        # and sweep_8bit_picks.py --round 9's kernels
+        [--round 9 ...]   # and sweep_8bit_picks.py --round 9's kernels
 
 Keeps tests.gpu_cases' session kernels (and the round's), plus every toolchain and winner
 row; then gzip the result into .device/compiled_cache.db.gz."""
@@ -29,14 +29,18 @@ def key_of(config, arch: str) -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target")
-    parser.add_argument("--round9", action="store_true", help="also sweep_8bit_picks.py --round 9's kernels")
+    parser.add_argument("--round", type=int, action="append", default=[],
+                        help="also sweep_8bit_picks.py's kernels of this in-flight round (9, 10), both variants")
     args = parser.parse_args()
     import gpu_cases
 
     items = gpu_cases.session_configs()
-    if args.round9:
-        import sweep_8bit_picks
-        items += [(c, "sm_90a") for d in ("f16", "bf16", "e4m3", "s8") for c in sweep_8bit_picks.configs(d, 9)]
+    if args.round:
+        import sweep_8bit_picks as sweep
+        for dtype in ("f16", "bf16", "e4m3", "s8"):
+            for r in args.round:
+                picks = [sweep.library_pick(dtype, *shape).as_compiled() for shape in sweep.IN_FLIGHT_ROUNDS[r]]
+                items += [(c, "sm_90a") for c in picks + sweep.configs(dtype, r)]
     keep = {key_of(config, arch) for config, arch in items}
     source = env.cache_path()
     target = Path(args.target)
