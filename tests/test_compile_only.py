@@ -1,6 +1,5 @@
 """The command line's compile-only path plans what a GPU run launches, for both families,
 without a GPU (kernels.get stands in for NVRTC here: an sm90 compile takes minutes)."""
-import argparse
 from unittest import mock
 
 import pytest

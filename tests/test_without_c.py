@@ -86,7 +86,8 @@ def test_plans_of_one_n_range_keep_c_apart():
 def test_an_epilogue_subtile_is_emitted_and_checked():
     s8 = catalog.load("sm90_s8")
     tile = next(t for t in s8.tiles if t[0] == (256, 128, 128))
-    config = dataclasses.replace(s8.config(tile, "s8", "s32", "col", 16, 4, reads_c=False), epilogue_tile=(128, 16))
+    config = dataclasses.replace(s8.config(tile, "s8", "s32", "col", 16, 4, reads_c=False), epilogue_tile=(128, 16),
+                                 mma_in_flight=False)
     assert config.name.endswith("_epi128x16_noc")
     assert "    Shape<_128, _16>, int32_t, int32_t," in emit(config).source
     assert "EpilogueTileAuto" in emit(dataclasses.replace(config, epilogue_tile=())).source
