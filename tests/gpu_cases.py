@@ -80,23 +80,20 @@ def sm90_configs(sm_count: int = 132):
         yield from sm90_in_flight_configs(dtype)
 
 
-# (M, N, K) for kernels with wgmma in flight: 1, 2, 3 and 7 k-tiles of 64 (the mainloop takes
-# two a trip, so odd and even counts end differently), more tiles than SMs (a CTA's pipeline
-# state carries from tile to tile), and the decode tile's 1-3 k-tiles of 256
-IN_FLIGHT_SHAPES = [(512, 512, 64), (512, 512, 128), (512, 512, 192), (4096, 2048, 448), (1376, 512, 4096),
-                    (1024, 16, 256), (1024, 16, 512), (4096, 16, 768)]
+# (M, N, K) for kernels with wgmma in flight: 1, 2, 3, 6 and 7 k-tiles of 64 (the mainloop
+# takes two a trip, so odd and even counts end differently) and 1-3 of 128 and 256, with
+# fewer and more tiles than SMs (a CTA's pipeline state carries from tile to tile, and both
+# ping-pong warp groups take tiles)
+IN_FLIGHT_SHAPES = [(512, 512, 64), (512, 512, 128), (512, 512, 192), (512, 512, 384), (4096, 2048, 448),
+                    (4096, 2048, 768), (1376, 512, 4096), (1024, 16, 256), (1024, 16, 512), (4096, 16, 768)]
 
 
 def sm90_in_flight_configs(dtype: str):
-    """Kernels with wgmma in flight (SparseGemmConfig.mma_in_flight): the large tile, the
-    512-token tile and the decode tile selection picks, without C."""
-    import dataclasses
+    """The sm90 catalog's tiles with wgmma in flight (SparseGemmConfig.mma_in_flight), without C."""
+    from cutlass_sparse.describe import catalog
 
-    from cutlass_sparse.describe import selection
-
-    shapes = [(4096, 4096, 4096), (4096, 512, 4096), (4096, 16, 4096)]
-    return [dataclasses.replace(selection.config_for_shape(m, n, k, dtype, dtype, "row", 132, "sm90"),
-                                mma_in_flight=True).as_compiled() for m, n, k in shapes]
+    fam = catalog.load("sm90")
+    return [fam.config(tile, dtype, dtype, "row", 8, 8, reads_c=False) for tile in fam.in_flight]
 
 
 def sm90_k256_configs(dtype: str):

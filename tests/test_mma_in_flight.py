@@ -89,3 +89,50 @@ def test_the_profiler_compiles_the_kernels_it_then_runs(shape, element):
     ran = {resolve(problem, None, choice)[0].as_compiled() for choice in choices}
     assert ran <= compiled
     assert {c.mma_in_flight for c in ran} == {True, False}
+
+
+def test_an_fp8_kernel_in_flight_needs_fast_accumulation():
+    # the other fp8 mainloop is CUTLASS's own header, which the patch does not touch
+    fp8 = catalog.load("sm90_fp8")
+    fast = fp8.config(fp8.tiles[0], "e4m3", "bf16", "col", 16, 8, reads_c=False)
+    assert dataclasses.replace(fast, mma_in_flight=True).mma_in_flight
+    with pytest.raises(ValueError, match="mma_in_flight: an fp8 kernel needs fast_accum"):
+        dataclasses.replace(fast, fast_accum=False, mma_in_flight=True)
+
+
+def test_a_region_patch_whose_end_moved_before_its_start_fails(monkeypatch):
+    start, end = "  /// Perform a Consumer Epilogue", "    Tensor tErE  = smem_thr_copy_E.retile_D(tCrE);"
+    monkeypatch.setattr(nvrtc_headers, "_IN_FLIGHT_PATCHES", {nvrtc_headers.SPARSE_MAINLOOP_HEADER: [((start, end), "x")]})
+    nvrtc_headers.patched_headers.cache_clear()
+    try:
+        with pytest.raises(nvrtc_headers.HeaderPatchError, match="no longer follows"):
+            nvrtc_headers.patched_headers(True)
+    finally:
+        nvrtc_headers.patched_headers.cache_clear()
+
+
+def test_a_header_patched_twice_keeps_both_patch_lists(monkeypatch):
+    # an in-flight patch of a header the base set also patches adds to its list
+    header = nvrtc_headers.UINT128_HEADER
+    extra = {header: [("/// Optionally enable GCC's built-in type", "/// cutlass_sparse: both lists")]}
+    monkeypatch.setattr(nvrtc_headers, "_IN_FLIGHT_PATCHES", extra)
+    nvrtc_headers.patched_headers.cache_clear()
+    try:
+        text = dict(nvrtc_headers.patched_headers(True))[header]
+        assert "/// cutlass_sparse: both lists" in text and "CUTLASS_UINT128_NATIVE" in text
+    finally:
+        nvrtc_headers.patched_headers.cache_clear()
+
+
+def test_the_catalog_flag_must_be_a_boolean(tmp_path, monkeypatch):
+    from cutlass_sparse import env
+
+    text = (env.operations_dir() / "sm90.toml").read_text().replace("mma_in_flight = true", "mma_in_flight = 1", 1)
+    (tmp_path / "sm90.toml").write_text(text)
+    monkeypatch.setattr(env, "operations_dir", lambda: tmp_path)
+    catalog.load.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="mma_in_flight = 1: true or false"):
+            catalog.load("sm90")
+    finally:
+        catalog.load.cache_clear()

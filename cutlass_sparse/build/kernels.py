@@ -139,10 +139,19 @@ def first_asked(build: Callable[[], object]) -> tuple[object, str] | None:
     return None
 
 
-def _lookup(config, arch, cache):
+def key_for(config, arch: str) -> str:
+    """The cache key of (config, arch): what a lookup of it asks the cache for."""
+    return _keyed(config, normalize_arch(arch))[2]
+
+
+def _keyed(config, arch):
     emitted = emit(config)
     options = compiler.options_for(arch, emitted.options)
-    key = cache_key(emitted, arch, options)
+    return emitted, options, cache_key(emitted, arch, options)
+
+
+def _lookup(config, arch, cache):
+    emitted, options, key = _keyed(config, arch)
     entry = cache.get(key)
     found = None if entry is None else CompiledKernel(config, arch, key, entry.cubin, entry.meta["constants"],
                                                        True, entry.meta["compile_seconds"])

@@ -123,6 +123,13 @@ def _n_bounds(tile: dict, path) -> tuple[int, float]:
     return least, most
 
 
+def _flag(tile: dict, key: str, path) -> bool:
+    value = tile.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{path}: tile {tile['threadblock']} {key} = {value!r}: true or false")
+    return value
+
+
 @functools.cache
 def load(family: str) -> Family:
     path = env.operations_dir() / f"{family}.toml"
@@ -144,7 +151,7 @@ def load(family: str) -> Family:
                      if "outputs" in t),
         subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
         n_bounds=tuple((tile(t), _n_bounds(t, path)) for t in data["tile"] if "min_n" in t or "max_n" in t),
-        in_flight=tuple(tile(t) for t in data["tile"] if t.get("mma_in_flight", False)),
+        in_flight=tuple(tile(t) for t in data["tile"] if _flag(t, "mma_in_flight", path)),
     )
 
 

@@ -151,6 +151,8 @@ class SparseGemmConfig:
              f"epilogue_tile {self.epilogue_tile}: () or, for family sm90, (M, N) dividing the tile"),
             (not self.mma_in_flight or self.family == "sm90",
              f"mma_in_flight: family sm90 only (wgmma), not {self.family}"),
+            (not self.mma_in_flight or self.element not in dtypes.FP8_NAMES or self.fast_accum,
+             "mma_in_flight: an fp8 kernel needs fast_accum (the other fp8 mainloop is CUTLASS's own, unpatched)"),
             (self.reads_c or self.family == "sm90",
              "reads_c False: family sm90 only (CUTLASS 2.x sparse kernels always have a C operand)"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",

@@ -219,7 +219,8 @@ class HeaderPatchError(RuntimeError):
 def patched_headers(mma_in_flight: bool = False) -> tuple[tuple[str, str], ...]:
     """(include name, patched text) for every patched CUTLASS header; mma_in_flight adds the
     sparse mainloop's (SparseGemmConfig.mma_in_flight)."""
-    patch_sets = {**_PATCHES, **(_IN_FLIGHT_PATCHES if mma_in_flight else {})}
+    extra = _IN_FLIGHT_PATCHES if mma_in_flight else {}
+    patch_sets = {include: _PATCHES.get(include, []) + extra.get(include, []) for include in {**_PATCHES, **extra}}
     return tuple((include, _patched(include, patches)) for include, patches in patch_sets.items())
 
 
@@ -235,6 +236,8 @@ def _patched(include: str, patches) -> str:
                     f"(CUTLASS version changed?): {piece[:60]!r}")
         if isinstance(old, tuple):
             start, end = text.index(old[0]), text.index(old[1])
+            if end <= start:
+                raise HeaderPatchError(f"cannot patch {include}: {old[1][:60]!r} no longer follows {old[0][:60]!r}")
             text = text[:start] + new + text[end:]
         else:
             text = text.replace(old, new)

@@ -102,9 +102,9 @@ def library_pick(dtype, m, n, k):
 
 
 def configs(dtype, round_=1):
-    if round_ in IN_FLIGHT_ROUNDS:
-        return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), mma_in_flight=True).as_compiled()
-                                  for s in IN_FLIGHT_ROUNDS[round_]))
+    if round_ in IN_FLIGHT_ROUNDS:   # each pick drained and in flight (the catalog may mark either)
+        return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), mma_in_flight=f).as_compiled()
+                                  for s in IN_FLIGHT_ROUNDS[round_] for f in (False, True)))
     family = catalog.load(catalog.for_element("sm90", dtype))
     out, alignment_c, scales, layout = OUT[dtype]
     base = family.config(family.tiles[0], dtype, out, layout, alignment_c if layout == "row" else 16, alignment_c,
@@ -178,7 +178,7 @@ def sweep(dtype, shapes, rng, round_=1):
             swept = [dataclasses.replace(chosen, swizzle=z) for z in (1, 2, 4, 8)]
         elif round_ in IN_FLIGHT_ROUNDS:   # the library's own kernel, then with wgmma in flight
             chosen = plans.get(problem).config
-            swept = [chosen, dataclasses.replace(chosen, mma_in_flight=True)] * 2   # twice: A B A B
+            swept = [dataclasses.replace(chosen, mma_in_flight=f) for f in (False, True)] * 2   # A B A B
         else:             # each candidate at the swizzle the rule gives its tile
             default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
             swept = [dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,

@@ -8,6 +8,7 @@ under the device tool's 64 MiB (the full cache of every sweep's kernels does not
 Keeps tests.gpu_cases' session kernels (and the round's), plus every toolchain and winner
 row; then gzip the result into .device/compiled_cache.db.gz."""
 import argparse
+import contextlib
 import sqlite3
 import sys
 from pathlib import Path
@@ -16,42 +17,32 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts" / "device")]
 
 from cutlass_sparse import env  # noqa: E402
-from cutlass_sparse.build import compiler, kernels  # noqa: E402
-from cutlass_sparse.emit.registry import emit  # noqa: E402
-
-
-def key_of(config, arch: str) -> str:
-    emitted = emit(config)
-    arch = kernels.normalize_arch(arch)
-    return kernels.cache_key(emitted, arch, compiler.options_for(arch, emitted.options))
+from cutlass_sparse.build import kernels  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target")
-    parser.add_argument("--round", type=int, action="append", default=[],
-                        help="also sweep_8bit_picks.py's kernels of this in-flight round (9, 10), both variants")
+    parser.add_argument("--round", type=int, action="append", default=[], choices=[9, 10],
+                        help="also sweep_8bit_picks.py's kernels of this in-flight round, both variants")
     args = parser.parse_args()
     import gpu_cases
 
     items = gpu_cases.session_configs()
     if args.round:
         import sweep_8bit_picks as sweep
-        for dtype in ("f16", "bf16", "e4m3", "s8"):
-            for r in args.round:
-                picks = [sweep.library_pick(dtype, *shape).as_compiled() for shape in sweep.IN_FLIGHT_ROUNDS[r]]
-                items += [(c, "sm_90a") for c in picks + sweep.configs(dtype, r)]
-    keep = {key_of(config, arch) for config, arch in items}
+        items += [(c, "sm_90a") for dtype in ("f16", "bf16", "e4m3", "s8") for r in args.round
+                  for c in sweep.configs(dtype, r)]
+    keep = {kernels.key_for(config, arch) for config, arch in items}
     source = env.cache_path()
     target = Path(args.target)
     target.unlink(missing_ok=True)
-    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+    with contextlib.closing(sqlite3.connect(source)) as src, contextlib.closing(sqlite3.connect(target)) as dst:
         src.backup(dst)
-    with sqlite3.connect(target) as db:
-        present = {row[0] for row in db.execute("select key from kernels")}
-        db.executemany("delete from kernels where key = ?", [(k,) for k in present - keep])
-    with sqlite3.connect(target) as db:
-        db.execute("vacuum")
+        present = {row[0] for row in dst.execute("select key from kernels")}
+        with dst:   # one transaction
+            dst.executemany("delete from kernels where key = ?", [(k,) for k in present - keep])
+        dst.execute("vacuum")
     print(f"kept {len(present & keep)} of {len(present)} kernels; {len(keep - present)} wanted are not cached",
           file=sys.stderr)
 
