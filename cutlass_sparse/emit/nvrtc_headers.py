@@ -187,8 +187,7 @@ IN_FLIGHT_MAINLOOP = r"""    Tensor tErE  = smem_thr_copy_E.retile_D(tCrE);     
     };
 
     if (k_tile_count > 0) {
-      issue_k_tile(tErE);           // left in flight: the next retire_previous (or mma_tail, if it
-                                    // is the last k-tile) waits for it and releases its stage
+      issue_k_tile(tErE);           // left in flight: mma_tail waits for it and releases its stage
       --k_tile_count;
     }
     // Two k-tiles a trip, one per fragment (registers cannot be indexed at run time).
