@@ -96,13 +96,13 @@ def test_host_grid_is_cutlass_grid(weight, m):
     kernels = {plans.get(Problem.contiguous("sm90", 4096, n, 4096, layout_b="col")).config for n in WARM}
     checked = 0
     for config in kernels:
-        for swizzle in (1, 2, 4, 8, 16):
+        for swizzle in (1, 2, 4, 8):
             for n in (8, 24, 136, 512, 4096):
                 problem = Problem.contiguous("sm90", m, n, 4096, layout_b="col")
                 plan = Sm90Plan(problem, dataclasses.replace(config, swizzle=swizzle))
                 sm90_prepare.on_device(plan, (ptr,) * 5)
                 checked += 1
-    assert checked == len(kernels) * 25
+    assert checked == len(kernels) * 20
 
 
 def test_new_n_after_the_warm_pass_launches_no_setup(weight, monkeypatch):

@@ -115,27 +115,6 @@ def test_kernels_with_wgmma_in_flight_match_dense(dtype):
             check(y, w, x, dtype)
 
 
-# M x N tiles of 128x256 that reach swizzle 16 (both counts >= 12): whole groups, and M
-# (24 tiles) or N (13) that the scheduler pads to a group of 16
-SWIZZLE16_SHAPES = [(4096, 4096, 256), (3000, 4096, 128), (4096, 3328, 128)]
-
-
-@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
-def test_swizzle_16_covers_every_tile(dtype):
-    # Swizzle 16 comes from a patch of CUTLASS's scheduler (emit.nvrtc_headers); the host's
-    # grid for it (launch.grid) is checked against CUTLASS's on each kernel's first setup.
-    import dataclasses
-
-    config = dataclasses.replace(gpu_cases.selection_config(4096, 4096, 4096, dtype, "sm90", 132), swizzle=16)
-    assert config.threadblock[:2] == (128, 256)
-    for m, n, k in SWIZZLE16_SHAPES:
-        w, sw, x = operands(m, n, k, dtype, "row", seed=m + n + k)
-        info = {}
-        y = cs.matmul(sw, x, out=poisoned((m, n), dtypes.numpy_dtype(dtype)), config=config, info=info)
-        assert info["config"] == config.name
-        check(y, w, x, dtype)
-
-
 def test_layouts_are_not_interchangeable():
     w, sw, x = operands(128, 64, 128, "f16", "row", seed=5)
     sw80 = cs.compress(w, layout="sm80")

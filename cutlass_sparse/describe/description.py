@@ -34,8 +34,6 @@ from . import dtypes
 LAYOUTS = {"row": LayoutType.RowMajor, "col": LayoutType.ColumnMajor}
 SWIZZLES = {1: SwizzlingFunctor.Identity1, 2: SwizzlingFunctor.Identity2,
             4: SwizzlingFunctor.Identity4, 8: SwizzlingFunctor.Identity8}
-# sm90: the tile scheduler's run-time rasterization group (16 through a header patch).
-SM90_SWIZZLES = (1, 2, 4, 8, 16)
 EPILOGUES = {"linear_combination": EpilogueFunctor.LinearCombination}
 # Activations applied after alpha * acc + beta * C: name -> CUTLASS's functor in
 # cutlass::epilogue::thread (2.x LinearCombinationGeneric, 3.x fusion LinCombEltAct).
@@ -130,7 +128,7 @@ class SparseGemmConfig:
             (self.layout_c in LAYOUTS, f"layout_c {self.layout_c!r} must be 'row' or 'col'"),
             (self.layout_c == "row" or self.family == "sm90",
              "layout_c 'col': CUTLASS 2.x sparse kernels write row-major D only (family sm90 writes either)"),
-            (self.swizzle in self.swizzles_allowed, f"swizzle {self.swizzle} must be one of {sorted(self.swizzles_allowed)}"),
+            (self.swizzle in SWIZZLES, f"swizzle {self.swizzle} must be one of {sorted(SWIZZLES)}"),
             (self.epilogue in EPILOGUES, f"epilogue {self.epilogue!r} must be one of {sorted(EPILOGUES)}"),
             (self.threadblock[2] % (2 * self.instruction[2]) == 0,
              f"threadblock K must be a multiple of twice the instruction's K ({2 * self.instruction[2]})"),
@@ -173,10 +171,6 @@ class SparseGemmConfig:
     @property
     def is_3x(self) -> bool:
         return self.family == "sm90"
-
-    @property
-    def swizzles_allowed(self) -> tuple[int, ...]:
-        return SM90_SWIZZLES if self.is_3x else tuple(SWIZZLES)
 
     @functools.cached_property
     def math_instruction(self) -> MathInstruction:

@@ -21,9 +21,6 @@ Two host-only steps stand between CUTLASS 3.x's Params construction and NVRTC:
   waits for every batch before the next load (K_PIPE_MMAS = 0: the tensor cores drain
   each k-tile). The patch gives it a second fragment and keeps one batch in flight, as
   the dense mainloop does (K_PIPE_MMAS = 1).
-- Swizzle 16: CUTLASS's sm90 tile schedulers group at most 8 tiles along the swizzled
-  side; at 16384^3 the larger the group the faster (swizzle 1, 2, 4, 8: 730, 911, 926,
-  975 TFLOP/s, docs/sweep_8bit_picks_round7_h100.log), so the patch adds 16.
 - uint128_t falls back to a breakpoint (a kernel fault) for 128-bit division unless it
   sees GCC on x86; NVRTC has __int128 on the device (--device-int128), so the patch
   turns the native type on. Without it the tile scheduler's FastDivmodU64 trapped for
@@ -118,11 +115,6 @@ _PATCHES = {
          "  #if 1  // cutlass_sparse: also under NVRTC\n  static void\n  get_workspace_component_sizes("),
         ("    #if !defined(__CUDACC_RTC__)\n      get_workspace_component_sizes(",
          "    #if 1  // cutlass_sparse: also under NVRTC\n      get_workspace_component_sizes("),
-        # Swizzle 16: rasterization groups of 16 tiles (CUTLASS stops at 8). Both copies (the
-        # persistent and the grouped scheduler's); launch.grid.log_swizzle mirrors it.
-        ("    if (max_swizzle_size >= 8 && min_cta_dim >= 6) {\n      return 3;\n    }\n",
-         "    if (max_swizzle_size >= 16 && min_cta_dim >= 12) {  // cutlass_sparse: swizzle 16\n"
-         "      return 4;\n    }\n    else if (max_swizzle_size >= 8 && min_cta_dim >= 6) {\n      return 3;\n    }\n", 2),
     ],
     # PDL: an idle consumer warp group exits without signalling the next grid (the one with
     # a tile signals after its last mainloop).
@@ -233,17 +225,15 @@ def patched_headers(mma_in_flight: bool = False) -> tuple[tuple[str, str], ...]:
 
 
 def _patched(include: str, patches) -> str:
-    """The header with each (old, new[, count]) applied; an old of two strings replaces the
-    text from the first up to the second. Each piece of old text must occur exactly once, or
-    exactly `count` times where a patch names a count (then every occurrence is replaced)."""
+    """The header with each (old, new) applied; an old of two strings replaces the text from
+    the first up to the second. Each piece of old text must occur exactly once."""
     text = (env.cutlass_root() / "include" / include).read_text()
-    for old, new, *count in patches:
-        expected = count[0] if count else 1
+    for old, new in patches:
         for piece in (old if isinstance(old, tuple) else (old,)):
-            if text.count(piece) != expected:
+            if text.count(piece) != 1:
                 raise HeaderPatchError(
-                    f"cannot patch {include}: expected text found {text.count(piece)} times, not "
-                    f"{expected} (CUTLASS version changed?): {piece[:60]!r}")
+                    f"cannot patch {include}: expected text found {text.count(piece)} times "
+                    f"(CUTLASS version changed?): {piece[:60]!r}")
         if isinstance(old, tuple):
             start, end = text.index(old[0]), text.index(old[1])
             if end <= start:

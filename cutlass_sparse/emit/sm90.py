@@ -42,7 +42,7 @@ SETUP = arguments.StructLayout("CutlassSparseSm90Setup", (
     ("n", "int", np.int32),
     ("k", "int", np.int32),
     ("sm_count", "int", np.int32),
-    ("swizzle", "int", np.int32),               # tile scheduler: max swizzle size (1, 2, 4, 8, 16)
+    ("swizzle", "int", np.int32),               # tile scheduler: max swizzle size (1, 2, 4, 8)
     ("raster", "int", np.int32),                # 0 heuristic, 1 along M, 2 along N
     ("splits", "int", np.int32),                # stream-K scheduler: K slices (split-K) when > 1
     ("decomposition", "int", np.int32),         # stream-K scheduler: DECOMPOSITIONS value

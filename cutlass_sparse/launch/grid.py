@@ -19,10 +19,7 @@ MAX_SM_PER_GPC = 18   # GH100, as CUTLASS assumes for cluster launches
 def log_swizzle(tiles: int, max_swizzle: int) -> int:
     """CUTLASS's log2 of the swizzle it uses for `tiles` tiles along the swizzled extent
     (2.x GemmIdentityThreadblockSwizzle: the N tiles; 3.x tile schedulers: the fewer of the
-    M and N tiles): the largest of 8, 4, 2 that max_swizzle allows and the tiles fill; 16 for
-    the 3.x schedulers, whose header we patch to take it (emit.nvrtc_headers)."""
-    if max_swizzle >= 16 and tiles >= 12:
-        return 4
+    M and N tiles): the largest of 8, 4, 2 that max_swizzle allows and the tiles fill."""
     if max_swizzle >= 8 and tiles >= 6:
         return 3
     if max_swizzle >= 4 and tiles >= 3:

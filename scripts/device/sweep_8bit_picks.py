@@ -83,10 +83,6 @@ ROUND9_SHAPES = SHAPES + [(4096, 16, 4096), (4096, 16, 14336), (14336, 16, 4096)
 ROUND10_SHAPES = [(8192, 1, 28672), (8192, 8, 28672), (8192, 16, 28672), (4096, 32, 4096), (14336, 32, 4096),
                   (8192, 32, 28672), (4096, 24, 14336)]
 IN_FLIGHT_ROUNDS = {9: ROUND9_SHAPES, 10: ROUND10_SHAPES}
-# `--round 11`: the library's kernel at swizzle 8 against 16 (emit.nvrtc_headers patches the
-# scheduler to take it), A B A B, at the rows of 4096 tokens and more
-ROUND11_SHAPES = ROUND7_SHAPES + [(4096, 4096, 4096), (4096, 4096, 14336), (14336, 4096, 4096),
-                                  (6144, 4096, 4096), (4096, 4096, 11008)]
 
 
 def library_pick(dtype, m, n, k):
@@ -109,8 +105,6 @@ def configs(dtype, round_=1):
     if round_ in IN_FLIGHT_ROUNDS:   # each pick drained and in flight (the catalog may mark either)
         return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), mma_in_flight=f).as_compiled()
                                   for s in IN_FLIGHT_ROUNDS[round_] for f in (False, True)))
-    if round_ == 11:   # the library's picks (swizzle is a run-time argument: one binary each)
-        return list(dict.fromkeys(library_pick(dtype, *s).as_compiled() for s in ROUND11_SHAPES))
     family = catalog.load(catalog.for_element("sm90", dtype))
     out, alignment_c, scales, layout = OUT[dtype]
     base = family.config(family.tiles[0], dtype, out, layout, alignment_c if layout == "row" else 16, alignment_c,
@@ -182,9 +176,6 @@ def sweep(dtype, shapes, rng, round_=1):
         if round_ in (5, 7):   # the library's own kernel at each swizzle
             chosen = plans.get(problem).config
             swept = [dataclasses.replace(chosen, swizzle=z) for z in (1, 2, 4, 8)]
-        elif round_ == 11:
-            chosen = plans.get(problem).config
-            swept = [dataclasses.replace(chosen, swizzle=z) for z in (8, 16)] * 2   # A B A B
         elif round_ in IN_FLIGHT_ROUNDS:   # the library's own kernel, then with wgmma in flight
             chosen = plans.get(problem).config
             swept = [dataclasses.replace(chosen, mma_in_flight=f) for f in (False, True)] * 2   # A B A B
@@ -223,12 +214,11 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=list(range(1, 12)),
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
                         help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
                              "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES; "
                              "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES; "
-                             "9, 10: the library's pick, drained and in flight, at ROUND9_SHAPES, ROUND10_SHAPES; "
-                             "11: the library's pick at swizzle 8 and 16 at ROUND11_SHAPES")
+                             "9, 10: the library's pick, drained and in flight, at ROUND9_SHAPES, ROUND10_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
@@ -240,8 +230,7 @@ def main():
     rng = cupy.random.default_rng(0)
     for dtype in args.dtypes:
         shapes = {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES, 5: ROUND5_SHAPES.get(dtype, []),
-                  6: ROUND6_SHAPES, 7: ROUND7_SHAPES, 8: ROUND7_SHAPES, 11: ROUND11_SHAPES,
-                  **IN_FLIGHT_ROUNDS}.get(args.round)
+                  6: ROUND6_SHAPES, 7: ROUND7_SHAPES, 8: ROUND7_SHAPES, **IN_FLIGHT_ROUNDS}.get(args.round)
         sweep(dtype, ROUND2[dtype] if shapes is None else shapes, rng, args.round)
 
 
