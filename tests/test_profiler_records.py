@@ -36,6 +36,20 @@ def test_candidates_cover_every_tile_and_include_the_heuristic(family):
     assert all(c.split_k <= -(-64 // c.tile[0][2]) for c in profiler.candidates(family, 64))
 
 
+@pytest.mark.parametrize("element, element_out", [("f16", "f16"), ("bf16", "bf16"), ("e4m3", "bf16"), ("s8", "s32")])
+@pytest.mark.parametrize("m, n, k", [(8192, 8192, 8192), (16384, 16384, 16384), (4096, 4096, 4096),
+                                     (28672, 4096, 8192), (14336, 512, 4096), (11008, 4096, 4096),
+                                     (4096, 16, 4096), (8192, 1024, 8192)])
+def test_sm90_candidates_include_the_heuristics_own_pick(m, n, k, element, element_out):
+    # What a call runs unprofiled (tile, split and the swizzle rule's value) is among what
+    # the profiler times, so a recorded winner is never one the default beat untimed.
+    fam = catalog.load(catalog.for_element("sm90", element))
+    tile, splits = selection.choose_sm90(m, n, k, 132, None, element, element_out)
+    swizzle = selection.sm90_swizzle(tile[0], m, n, 132, fam.swizzle, tile[3])
+    default = profiler.Choice("sm90", tile, splits, "serial", None if swizzle == fam.swizzle else swizzle)
+    assert default in profiler.candidates("sm90", k, element, element_out)
+
+
 def test_signature_buckets_m_and_k_but_keeps_small_n():
     assert (profiler.bucket(11008), profiler.bucket(4096), profiler.bucket(16, 256),
             profiler.bucket(300, 256)) == (16384, 4096, 16, 512)
@@ -94,7 +108,7 @@ def test_profiler_table_format():
 
 def test_sm90_candidates_vary_the_run_time_swizzle():
     choices = profiler.candidates("sm90", 4096)
-    assert {c.swizzle for c in choices} == {None, 2, 4}     # None: the catalog's (1)
+    assert {c.swizzle for c in choices} == {None, 2, 4, 8}     # None: the catalog's (1)
     choice = next(c for c in choices if c.swizzle == 4)
     assert profiler.Choice.from_json(choice.to_json()) == choice and "swizzle 4" in choice.label
     assert all(c.swizzle is None for c in profiler.candidates("sm80", 4096))   # compiled in on sm80

@@ -24,8 +24,10 @@ from ..launch import device
 SPLITS_SM80 = ((1, "serial"), (2, "serial"), (4, "serial"), (2, "parallel"), (4, "parallel"), (8, "parallel"))
 SPLITS_SM90 = (1, 2, 4, 8)
 # sm90: the tile scheduler's rasterization group is a run-time argument (same binary), so
-# the profiler tries a few; sm80's swizzle is compiled in and stays the catalog's.
-SWIZZLES_SM90 = (1, 2, 4)
+# the profiler tries each; sm80's swizzle is compiled in and stays the catalog's. 8 is what
+# the heuristic runs at large shapes (selection.sm90_swizzle): without it a profiled winner
+# could be slower than the call never profiled.
+SWIZZLES_SM90 = (1, 2, 4, 8)
 
 
 def bucket(value: int, exact_below: int = 0) -> int:
@@ -111,7 +113,7 @@ def candidates(family: str, k: int, element: str = "f16", element_out: str | Non
         else:
             splits = [(1, "serial")]
         swizzles = SWIZZLES_SM90 if family == "sm90" else (None,)
-        out += [Choice(family, tile, s, mode, None if z == catalog.load(family).swizzle else z)
+        out += [Choice(family, tile, s, mode, None if z == fam.swizzle else z)
                 for s, mode in splits for z in swizzles]
     return out
 
