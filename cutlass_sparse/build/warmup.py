@@ -4,14 +4,37 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from .. import host
 from ..describe import catalog, dtypes
 from ..describe.description import CompressorConfig, LineCopyConfig, ReductionConfig, SparseGemmConfig
 from . import kernels
 from .cache import default_cache
+
+
+# Peak resident memory of one NVRTC compile (docs/compile_time.md): an sm90 GEMM 4.2-4.9 GB,
+# the sm90 compressor 0.75 GB; an sm80 GEMM, a reduction or the staging copy under 0.4 GB.
+SM90_GEMM_BYTES = 5 << 30
+COMPRESSOR_BYTES = 1 << 30
+SMALL_BYTES = 1 << 29
+
+
+def compile_bytes(config) -> int:
+    """The memory one compile of this kernel may peak at."""
+    if isinstance(config, SparseGemmConfig):
+        return SM90_GEMM_BYTES if config.is_3x else SMALL_BYTES
+    return COMPRESSOR_BYTES if isinstance(config, CompressorConfig) else SMALL_BYTES
+
+
+def jobs_for(configs, requested: int | None = None) -> int:
+    """Worker processes for compiling these kernels: the caller's number, else one per
+    usable CPU and no more than the free memory holds of the heaviest (host: a job's cgroup
+    and CPU mask, not the whole node), at most one per kernel, at least one."""
+    configs = [c[0] if isinstance(c, tuple) else c for c in configs]
+    jobs = requested or host.compiles_at_once(max((compile_bytes(c) for c in configs), default=SMALL_BYTES))
+    return max(1, min(jobs, len(configs)))
 
 
 def _config_from_json(data: dict):
@@ -90,7 +113,7 @@ def compile_all(configs, arch: str | None = None, jobs: int | None = None, progr
             done((config.name, kernels.normalize_arch(item_arch), "cached", time.perf_counter() - start))
         else:
             work.append((config.to_json(), item_arch))
-    jobs = min(jobs or os.cpu_count() or 1, max(len(work), 1))
+    jobs = jobs_for([_config_from_json(w[0]) for w in work], jobs)
     if jobs == 1:
         for w in work:
             done(_compile_one(w))

@@ -31,8 +31,9 @@ log = logging.getLogger("cutlass_sparse")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", default="sm_80,sm_90a", type=types.arch_list,
                    help="comma-separated targets (default sm_80,sm_90a)")
-    p.add_argument("--jobs", type=types.positive_int, default=os.cpu_count() or 1,
-                   help="compile worker processes (default: one per CPU)")
+    p.add_argument("--jobs", type=types.positive_int, default=None,
+                   help="compile worker processes (default: one per CPU this job may use, no more than its "
+                        "free memory holds: about 5 GB per sm90 GEMM compile)")
     p.add_argument("--shard", default=None, type=types.shard, metavar="i/N",
                    help="this machine's share of the list, 0 <= i < N (default: from a Slurm array or a "
                         "Kubernetes indexed Job, else 0/1)")
@@ -84,7 +85,7 @@ def main(args) -> int:
             log.warning("--only %r matches no kernel of %s", args.only, ",".join(args.arch))
     mine = [] if args.no_catalog else warmup.shard(items, index, count)
     log.info("shard %d/%d%s: %d of %d kernels, %d jobs, cache %s", index, count, source, len(mine), len(items),
-             args.jobs, os.environ.get("CUTLASS_SPARSE_CACHE") or "default")
+             warmup.jobs_for(mine, args.jobs) if mine else 0, os.environ.get("CUTLASS_SPARSE_CACHE") or "default")
     start = time.perf_counter()
     results = warmup.compile_all(mine, jobs=args.jobs, progress=progress)
     wall = time.perf_counter() - start

@@ -4,11 +4,11 @@ serves NumPy and CuPy: written against the array module of its input (elementwis
 integer logic and gathers only, no sorts), so the two agree bit for bit."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import host
 from ..describe import dtypes
 
 ROW_GROUP = 32      # metadata rows are interleaved within groups of 32
@@ -78,7 +78,7 @@ def is_broadcast_batch(dense) -> bool:
 
 def available_bytes(dense) -> int | None:
     """Memory free for work on dense's side: the GPU's free memory plus CuPy's pooled free
-    blocks for a cupy array; the host's MemAvailable (else free pages) for a numpy one.
+    blocks for a cupy array; the host's free memory (host.available_bytes) for a numpy one.
     None when the platform does not say."""
     if dtypes.array_module(dense) is not np:
         import cupy
@@ -86,22 +86,7 @@ def available_bytes(dense) -> int | None:
         with cupy.cuda.Device(dense.device.id):
             free, _ = cupy.cuda.runtime.memGetInfo()
         return free + cupy.get_default_memory_pool().free_bytes()
-    return host_available_bytes()
-
-
-def host_available_bytes() -> int | None:
-    """The host's MemAvailable (else its free pages); None when the platform does not say."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return host.available_bytes()
 
 
 def check_fits(dense, need: int, what: str, doing: str) -> None:

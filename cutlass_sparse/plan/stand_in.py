@@ -19,18 +19,17 @@ report why, as without stand-ins.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import weakref
 
-from .. import env
-from ..build import background, kernels
+from .. import env, host
+from ..build import background, kernels, warmup
 from ..describe import dtypes
 from ..describe.problem import Problem
 from ..formats import sm80_layout
 from ..formats.matrices import SparseMatrix
-from ..formats.patterns import LAYOUT_SM80, host_available_bytes
+from ..formats.patterns import LAYOUT_SM80
 from ..launch import graphs, retiring
 from . import plans
 
@@ -38,7 +37,6 @@ log = logging.getLogger("cutlass_sparse")
 
 CHECK_EVERY_S = 0.25     # how often standing-in calls look whether compiles ended
 START_GRACE_S = 20.0     # a compile neither cached nor under way this long after its start failed
-COMPILE_BYTES = 5 << 30  # peak memory of one sm90 compile (docs/compile_time.md: 4.2-4.9 GB)
 MAX_WAITING = 1 << 16    # problems remembered as standing in (a serving loop's every new N is one)
 
 _waiting: dict[Problem, tuple] = {}       # sm90 problem -> (kernel, arch) it waits for
@@ -55,14 +53,9 @@ _last_look = 0.0
 _lock = threading.RLock()
 
 
-def _memory_available() -> int:
-    available = host_available_bytes()
-    return COMPILE_BYTES if available is None else available
-
-
 def max_compiles() -> int:
-    """Background compiles at once: one per core, as many as the available memory holds, at least one."""
-    return max(1, min(os.cpu_count() or 1, _memory_available() // COMPILE_BYTES))
+    """Background compiles at once: one per usable CPU, as many as the free memory holds, at least one."""
+    return host.compiles_at_once(warmup.SM90_GEMM_BYTES)
 
 
 def awaited_kernel(problem: Problem) -> tuple | None:
