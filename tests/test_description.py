@@ -259,3 +259,22 @@ def test_swizzle_never_exceeds_the_clusters_along_a_side():
     for m in (14336, 28672):
         assert selection.sm90_swizzle(tile[0], m, 1024, 132, 1, tile[1]) < 8
     assert selection.sm90_swizzle((256, 128, 128), 14336, 2048, 132, 1, (1, 2, 1)) == 8   # 8 clusters: as before
+
+
+def test_a_recorded_swizzle_is_capped_by_the_clusters_of_the_shape_it_runs():
+    """A profiled winner applies to every M and N of its signature's bucket (N rounded up
+    to a power of two above 256): swizzle 8 timed at N = 2048 (8 clusters of 256x128 1x2
+    along N) must not run at N = 1100 (5 clusters), where 8 measured half speed."""
+    from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.launch.sm90_choice import resolve
+    from cutlass_sparse.plan.records import Choice
+
+    tile = next(t for t in catalog.load("sm90").tiles if t[0][:2] == (128, 256) and t[3] == (2, 1, 1))
+    choice = Choice("sm90", tile, 1, "serial", 8)
+    swizzles = {}
+    for m, n in ((8192, 4096), (8192, 1104), (8192, 512), (1024, 4096), (256, 4096)):
+        problem = Problem.contiguous("sm90", m, n, 4096, sm_count=132)
+        swizzles[m, n] = resolve(problem, None, choice)[0].swizzle
+    # clusters along the scarcer side: 16, 5, 2, 4, 1
+    assert swizzles == {(8192, 4096): 8, (8192, 1104): 4, (8192, 512): 2, (1024, 4096): 4, (256, 4096): 1}
+    assert selection.sm90_swizzle_capped(2, (128, 256, 64), 8192, 8192, (2, 1, 1)) == 2   # never raised

@@ -50,6 +50,21 @@ def test_sm90_candidates_include_the_heuristics_own_pick(m, n, k, element, eleme
     assert default in profiler.candidates("sm90", k, element, element_out)
 
 
+def test_the_profiler_skips_swizzles_the_shape_caps():
+    from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.profiler.tune import profiled_choices
+
+    wide = profiler.candidates("sm90", 4096)
+    narrow = Problem.contiguous("sm90", 8192, 1104, 4096, sm_count=132)   # 5 clusters of 128x256 c2x1 along N
+    kept = profiled_choices(narrow)
+    assert len(kept) < len(wide)
+    for c in kept:
+        if c.swizzle:
+            assert c.swizzle <= selection.sm90_clusters(c.tile[0], 8192, 1104, c.tile[3])
+    large = Problem.contiguous("sm90", 8192, 8192, 4096, sm_count=132)
+    assert any(c.swizzle == 8 for c in profiled_choices(large))
+
+
 def test_signature_buckets_m_and_k_but_keeps_small_n():
     assert (profiler.bucket(11008), profiler.bucket(4096), profiler.bucket(16, 256),
             profiler.bucket(300, 256)) == (16384, 4096, 16, 512)

@@ -122,10 +122,25 @@ def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, clust
     either side: 256x128 tiles in 1x2 clusters at 1024 tokens (8 N tiles, 4 clusters) ran
     at half speed with swizzle 8 and as 1 with 4 (docs/sweep_8bit_picks_round5_h100.log)."""
     tiles_m, tiles_n = cdiv(m, threadblock[0]), cdiv(n, threadblock[1])
-    tiles, clusters = tiles_m * tiles_n, min(cdiv(tiles_m, cluster[0]), cdiv(tiles_n, cluster[1]))
+    tiles, clusters = tiles_m * tiles_n, sm90_clusters(threadblock, m, n, cluster)
     if tiles >= 3 * sm_count and tiles_m % 8 == 0 and tiles_n % 8 == 0 and clusters >= 8:
         return 8
     return 4 if tiles >= 8 * sm_count and clusters >= 4 else default
+
+
+def sm90_clusters(threadblock, m: int, n: int, cluster=(1, 1, 1)) -> int:
+    """Clusters of tiles along the scarcer side of an M x N problem."""
+    return min(cdiv(cdiv(m, threadblock[0]), cluster[0]), cdiv(cdiv(n, threadblock[1]), cluster[1]))
+
+
+def sm90_swizzle_capped(swizzle: int, threadblock, m: int, n: int, cluster=(1, 1, 1)) -> int:
+    """A swizzle halved until it is no more than the clusters along either side (more ran
+    at half speed, see sm90_swizzle): for a profiled winner recorded at another M or N of
+    its signature's bucket."""
+    clusters = sm90_clusters(threadblock, m, n, cluster)
+    while swizzle > 1 and swizzle > clusters:
+        swizzle //= 2
+    return swizzle
 
 
 def output_alignments(family: str, element_out: str) -> tuple[int, ...]:

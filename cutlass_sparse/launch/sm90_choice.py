@@ -44,7 +44,8 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         config = entries.config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c,
                                 p.element_x)
         if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
-            config = dataclasses.replace(config, swizzle=choice.swizzle)
+            config = dataclasses.replace(config, swizzle=selection.sm90_swizzle_capped(
+                choice.swizzle, choice.tile[0], p.m, p.n, choice.tile[3]))
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
         config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)

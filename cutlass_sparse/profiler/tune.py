@@ -51,7 +51,7 @@ def tune(problem: Problem, sw, x, *, force: bool = False, jobs: int | None = Non
         record = record_of(signature)
         if record is not None:
             return Choice.from_json(record[0]), [_row_from_json(r) for r in record[1]]
-    choices = candidates(p.family, p.k, p.element, p.element_out)
+    choices = profiled_choices(p)
     _compile(choices, p, jobs, progress)
     # Every candidate writes a fresh [M, N] y; no C, the problem's activation.
     timed = dataclasses.replace(p, out=Operand("row", p.n, 16), c=None, split_k=None, split_k_mode=None,
@@ -71,6 +71,16 @@ def tune(problem: Problem, sw, x, *, force: bool = False, jobs: int | None = Non
     rows.sort(key=lambda r: (r.ms is None, r.ms or 0.0))
     put_record(signature, winner, [_row_to_json(r) for r in rows])
     return winner, rows
+
+
+def profiled_choices(problem: Problem) -> list[Choice]:
+    """The candidates timed for a problem: the catalog's (records.candidates) less each sm90
+    swizzle this shape would cap to a smaller one (selection.sm90_swizzle_capped): it would
+    repeat that one's run, and its record would name a swizzle that never ran."""
+    p = problem
+    return [c for c in candidates(p.family, p.k, p.element, p.element_out)
+            if not c.swizzle or c.family != "sm90"
+            or selection.sm90_swizzle_capped(c.swizzle, c.tile[0], p.m, p.n, c.tile[3]) == c.swizzle]
 
 
 def _time(problem: Problem, choice: Choice, sw, x, y, expected) -> Row:
