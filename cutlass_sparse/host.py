@@ -12,7 +12,8 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
-# cgroup v1 writes "no limit" as the largest page-aligned 64-bit value
+# cgroup v1 writes "no limit" as the largest page-aligned 64-bit value (9223372036854771712);
+# any limit from here up means none
 _V1_UNLIMITED = 1 << 60
 
 
@@ -60,15 +61,19 @@ def meminfo_available() -> int | None:
 
 
 def cgroup_memory_headroom(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int | None:
-    """The least (limit - usage) over the process's cgroup and its ancestors (a parent's limit
-    binds its children too); None where no level sets a limit."""
+    """The least (limit - working set) over the process's cgroup and its ancestors (a parent's
+    limit binds its children too); None where no level sets a limit. The working set is the
+    usage less the inactive file cache, which the kernel reclaims before it kills (the figure
+    kubelet evicts by): a cgroup's usage counts its page cache, so after reading large files
+    it can sit at the limit with most of it free to take."""
     headrooms = []
     for directory, v2 in _cgroup_dirs("memory", root, proc_cgroup):
         limit = _read_int(directory / ("memory.max" if v2 else "memory.limit_in_bytes"))
         if limit is None or limit >= _V1_UNLIMITED:
             continue
         usage = _read_int(directory / ("memory.current" if v2 else "memory.usage_in_bytes")) or 0
-        headrooms.append(max(limit - usage, 0))
+        reclaimable = _stat(directory / "memory.stat").get("inactive_file" if v2 else "total_inactive_file", 0)
+        headrooms.append(max(limit - max(usage - reclaimable, 0), 0))
     return min(headrooms) if headrooms else None
 
 
@@ -118,6 +123,12 @@ def _read_text(path: Path) -> str:
         return path.read_text()
     except (OSError, UnicodeDecodeError):
         return ""
+
+
+def _stat(path: Path) -> dict[str, int]:
+    """A memory.stat file's "name value" lines."""
+    fields = (line.split() for line in _read_text(path).splitlines())
+    return {f[0]: int(f[1]) for f in fields if len(f) == 2 and f[1].isdigit()}
 
 
 def _read_int(path: Path) -> int | None:

@@ -261,12 +261,15 @@ def test_swizzle_never_exceeds_the_clusters_along_a_side():
     assert selection.sm90_swizzle((256, 128, 128), 14336, 2048, 132, 1, (1, 2, 1)) == 8   # 8 clusters: as before
 
 
-def test_a_recorded_swizzle_is_capped_by_the_clusters_of_the_shape_it_runs():
+def test_a_recorded_swizzle_is_capped_by_the_clusters_of_the_shape_it_runs(monkeypatch):
     """A profiled winner applies to every M and N of its signature's bucket (N rounded up
-    to a power of two above 256): swizzle 8 timed at N = 2048 (8 clusters of 256x128 1x2
-    along N) must not run at N = 1100 (5 clusters), where 8 measured half speed."""
+    to a power of two above 256), and a plan's kernel to every N of its range: swizzle 8
+    timed at N = 2048 (8 clusters of the 128x256 c2x1 tile along N) must not run at N = 1104
+    (5 clusters), where 8 measured half speed, whichever of the two is planned first."""
     from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.launch import sm90
     from cutlass_sparse.launch.sm90_choice import resolve
+    from cutlass_sparse.plan import plans
     from cutlass_sparse.plan.records import Choice
 
     tile = next(t for t in catalog.load("sm90").tiles if t[0][:2] == (128, 256) and t[3] == (2, 1, 1))
@@ -278,3 +281,14 @@ def test_a_recorded_swizzle_is_capped_by_the_clusters_of_the_shape_it_runs():
     # clusters along the scarcer side: 16, 5, 2, 4, 1
     assert swizzles == {(8192, 4096): 8, (8192, 1104): 4, (8192, 512): 2, (1024, 4096): 4, (256, 4096): 1}
     assert selection.sm90_swizzle_capped(2, (128, 256, 64), 8192, 8192, (2, 1, 1)) == 2   # never raised
+
+    class Compiled:   # plans without a compile or a GPU: only the swizzle is looked at
+        key, from_cache, compile_seconds, constants, symbol = "k", True, 0.0, {}, "k"
+
+    monkeypatch.setattr(sm90.kernels, "get", lambda config, target: Compiled())
+    monkeypatch.setattr(sm90.modules, "load", lambda compiled: object())
+    for order in ((2048, 1104), (1104, 2048)):   # one N range: the second plan reuses the first's kernel
+        plans.clear()
+        made = {n: plans.make(Problem.contiguous("sm90", 8192, n, 4096, sm_count=132), None, choice) for n in order}
+        assert {n: plan.swizzle for n, plan in made.items()} == {2048: 8, 1104: 4}, order
+    plans.clear()

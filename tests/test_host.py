@@ -66,14 +66,53 @@ def test_v1_slurm_job_step(tmp_path):
     assert host.cgroup_cpu_quota(root, proc) == 2.0
 
 
+def test_reclaimable_page_cache_counts_as_free(tmp_path):
+    # 15 GiB in use of 16, 12 GiB of it inactive file cache (a container that read its weights)
+    stat = f"anon {2 * GiB}\nfile {13 * GiB}\ninactive_file {12 * GiB}\n"
+    proc = v2_tree(tmp_path, "/pod", {"pod": {"memory.max": f"{16 * GiB}\n", "memory.current": f"{15 * GiB}\n",
+                                              "memory.stat": stat}})
+    assert host.cgroup_memory_headroom(tmp_path / "cg", proc) == 13 * GiB
+
+
+def test_hybrid_host_reads_the_v1_controllers(tmp_path):
+    # systemd's hybrid layout: v2 mounted at /sys/fs/cgroup/unified (no cgroup.controllers at
+    # the root), the limits in the v1 hierarchies; /proc/self/cgroup lists both
+    root = tmp_path / "cg"
+    (root / "unified").mkdir(parents=True)
+    (root / "unified" / "cgroup.controllers").write_text("")
+    (root / "memory" / "job").mkdir(parents=True)
+    (root / "memory" / "job" / "memory.limit_in_bytes").write_text(f"{4 * GiB}\n")
+    (root / "memory" / "job" / "memory.usage_in_bytes").write_text("0\n")
+    (root / "cpu,cpuacct").mkdir()
+    (root / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("-1\n")   # no quota
+    (root / "cpu,cpuacct" / "cpu.cfs_period_us").write_text("100000\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/job\n3:cpu,cpuacct:/\n0::/job\n")
+    assert host.cgroup_memory_headroom(root, proc) == 4 * GiB
+    assert host.cgroup_cpu_quota(root, proc) is None
+
+
+def test_a_container_sees_its_own_root_level(tmp_path):
+    # v1 without a cgroup namespace: /proc/self/cgroup names the host's path, which the
+    # container's mount does not have; the mount's own level holds the container's limit
+    root = tmp_path / "cg"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "memory.limit_in_bytes").write_text(f"{6 * GiB}\n")
+    (root / "memory" / "memory.usage_in_bytes").write_text(f"{GiB}\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/docker/0123abcd\n")
+    assert host.cgroup_memory_headroom(root, proc) == 5 * GiB
+
+
 def test_no_cgroup_information(tmp_path):
     assert host.cgroup_memory_headroom(tmp_path, tmp_path / "missing") is None
     assert host.cgroup_cpu_quota(tmp_path, tmp_path / "missing") is None
 
 
-def test_this_machine_reports_something():
-    assert host.usable_cpus() >= 1
-    assert host.available_bytes() > 0
+def test_this_machine_reports_no_more_than_the_host_has():
+    assert 1 <= host.usable_cpus() <= (host.os.cpu_count() or 1)
+    available, meminfo = host.available_bytes(), host.meminfo_available()
+    assert available is None or meminfo is None or available <= meminfo
 
 
 def test_a_cpu_quota_caps_the_affinity_mask(monkeypatch):

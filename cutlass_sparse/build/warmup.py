@@ -102,7 +102,7 @@ def compile_all(configs, arch: str | None = None, jobs: int | None = None, progr
         if progress:
             progress(len(results), len(items), result)
 
-    work = []
+    work, work_configs = [], []
     for config, item_arch in items:   # cached ones are answered here, without a worker
         start = time.perf_counter()
         try:
@@ -113,7 +113,8 @@ def compile_all(configs, arch: str | None = None, jobs: int | None = None, progr
             done((config.name, kernels.normalize_arch(item_arch), "cached", time.perf_counter() - start))
         else:
             work.append((config.to_json(), item_arch))
-    jobs = jobs_for([_config_from_json(w[0]) for w in work], jobs)
+            work_configs.append(config)
+    jobs = jobs_for(work_configs, jobs)
     if jobs == 1:
         for w in work:
             done(_compile_one(w))

@@ -84,7 +84,7 @@ def main(args) -> int:
         if not items:
             log.warning("--only %r matches no kernel of %s", args.only, ",".join(args.arch))
     mine = [] if args.no_catalog else warmup.shard(items, index, count)
-    log.info("shard %d/%d%s: %d of %d kernels, %d jobs, cache %s", index, count, source, len(mine), len(items),
+    log.info("shard %d/%d%s: %d of %d kernels, up to %d jobs, cache %s", index, count, source, len(mine), len(items),
              warmup.jobs_for(mine, args.jobs) if mine else 0, os.environ.get("CUTLASS_SPARSE_CACHE") or "default")
     start = time.perf_counter()
     results = warmup.compile_all(mine, jobs=args.jobs, progress=progress)
@@ -148,7 +148,7 @@ def parse_shapes(path) -> list[tuple]:
     return shapes
 
 
-def tune_shapes(shapes: list[tuple], index: int, count: int, jobs: int) -> int:
+def tune_shapes(shapes: list[tuple], index: int, count: int, jobs: int | None) -> int:
     """Profile this shard's share of the shapes; returns how many failed."""
     import cupy
 

@@ -134,9 +134,9 @@ def sm90_clusters(threadblock, m: int, n: int, cluster=(1, 1, 1)) -> int:
 
 
 def sm90_swizzle_capped(swizzle: int, threadblock, m: int, n: int, cluster=(1, 1, 1)) -> int:
-    """A swizzle halved until it is no more than the clusters along either side (more ran
-    at half speed, see sm90_swizzle): for a profiled winner recorded at another M or N of
-    its signature's bucket."""
+    """A swizzle halved until it is no more than the clusters along the scarcer side (more
+    ran at half speed, see sm90_swizzle): for a profiled winner recorded at another M or N
+    of its signature's bucket."""
     clusters = sm90_clusters(threadblock, m, n, cluster)
     while swizzle > 1 and swizzle > clusters:
         swizzle //= 2

@@ -139,6 +139,9 @@ _PATCHES = {
 
 # The sparse mainloop's consumer loop with one wgmma batch left in flight (see the module's
 # docstring); replaces the text from the metadata fragment's retile to mma_tail.
+# Known and left: the C++ comment on the first k-tile says mma_tail releases its stage, true
+# only when it is the last k-tile (else the next retire_previous does). The text is part of
+# every in-flight kernel's cache key: mend it with the next real change to this patch.
 IN_FLIGHT_MAINLOOP = r"""    Tensor tErE  = smem_thr_copy_E.retile_D(tCrE);                      // (ECPY,ECPY_M,ECPY_K)
     // cutlass_sparse: a second metadata fragment. A k-tile's wgmma reads its metadata from
     // registers, so with one fragment the next k-tile's metadata load must wait for the whole

@@ -22,12 +22,12 @@ import threading
 from collections import OrderedDict, deque
 
 from ..build import kernels
-from ..describe import catalog, dtypes, selection
+from ..describe import dtypes
 from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from . import device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare, sm90_setup
-from .sm90_choice import FAMILY, TMA_ALIGN, resolve, staged, tma_ready
+from .sm90_choice import FAMILY, TMA_ALIGN, resolve, run_swizzle, staged, tma_ready
 from .sm90_ready import Ready
 from .staging import KeptBuffers, copy_lines, copy_rows, stage
 
@@ -84,10 +84,9 @@ class Sm90Plan:
                     kind.scales) != (p.element, p.x_element, p.element_out, p.layout_b, layout_c, p.activation,
                                      p.epilogue.scales) or (p.epilogue.reads_c and not kind.reads_c):
                 raise AssertionError(f"{kind.name} cannot run {p}: plans.range_key misses what tells them apart")
-            self.swizzle = self.config.swizzle if config is not None or choice is not None else \
-                selection.sm90_swizzle(self.config.threadblock, p.m, n_k, p.sm_count,
-                                       catalog.load(catalog.for_element(FAMILY, p.element)).swizzle,
-                                       self.config.cluster)
+            # another N of the range: its own swizzle (a caller's config keeps the one it names)
+            self.swizzle = self.config.swizzle if config is not None else \
+                run_swizzle(self.kernel_problem, self.config, choice)
         self.atom_k = self.config.atom_k   # which metadata layout the kernel reads
         self.raster = RASTER
         self.ldd = out.ld

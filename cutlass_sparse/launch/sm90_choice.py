@@ -43,14 +43,11 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         splits = p.split_k or 1
         config = entries.config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c,
                                 p.element_x)
-        if choice.swizzle:   # the tile scheduler's swizzle: a run-time argument, same binary
-            config = dataclasses.replace(config, swizzle=selection.sm90_swizzle_capped(
-                choice.swizzle, choice.tile[0], p.m, p.n, choice.tile[3]))
+        config = dataclasses.replace(config, swizzle=run_swizzle(p, config, choice))
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
         config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
-        config = dataclasses.replace(config, swizzle=selection.sm90_swizzle(tile[0], p.m, p.n, p.sm_count,
-                                                                            config.swizzle, tile[3]))
+        config = dataclasses.replace(config, swizzle=run_swizzle(p, config))
     else:
         check_config_fits(config, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         if config.b_element != p.x_element:
@@ -67,6 +64,18 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         raise ValueError(f"split_k={splits} exceeds the {cdiv(p.k, config.threadblock[2])} K tiles of "
                          f"K = {p.k} with {config.name}")
     return config, Scheduling.split_k(splits)
+
+
+def run_swizzle(problem: Problem, kernel: SparseGemmConfig, choice=None) -> int:
+    """The tile scheduler's swizzle (a run-time argument: the same binary runs any) for this
+    problem on this kernel's tile: a profiled choice's, capped by this shape's clusters (its
+    record serves every M and N of its bucket, and a plan's kernel every N of its range),
+    else the heuristic's."""
+    p = problem
+    default = catalog.load(catalog.for_element(FAMILY, p.element)).swizzle
+    if choice is not None:
+        return selection.sm90_swizzle_capped(choice.swizzle or default, kernel.threadblock, p.m, p.n, kernel.cluster)
+    return selection.sm90_swizzle(kernel.threadblock, p.m, p.n, p.sm_count, default, kernel.cluster)
 
 
 def tma_ready(operand: Operand | None, item: int) -> bool:

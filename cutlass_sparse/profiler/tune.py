@@ -79,7 +79,7 @@ def profiled_choices(problem: Problem) -> list[Choice]:
     repeat that one's run, and its record would name a swizzle that never ran."""
     p = problem
     return [c for c in candidates(p.family, p.k, p.element, p.element_out)
-            if not c.swizzle or c.family != "sm90"
+            if not c.swizzle   # sm80's is compiled in (None)
             or selection.sm90_swizzle_capped(c.swizzle, c.tile[0], p.m, p.n, c.tile[3]) == c.swizzle]
 
 
