@@ -18,7 +18,7 @@ PACKAGE_VERSION = "0.1.0"
 
 # Version of the layout of a cache entry (cubin + JSON metadata). Bump it when
 # what is stored, or how it is read, changes: old entries then stop matching.
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3   # 3: cubins stored zlib-packed (build.cache_files.pack)
 
 
 def cache_path() -> Path:

@@ -1,9 +1,10 @@
 """compiled_cache.db: SQLite store of cubins (device code) and their JSON metadata.
 
 Only device code and JSON are stored, never host native code, so a cache file can
-at worst hold a wrong kernel, never run code in the host process. Every entry
-carries a checksum over its cubin and metadata; an entry that fails it is dropped
-and counts as a miss. The key (kernels.cache_key) covers everything that changes
+at worst hold a wrong kernel, never run code in the host process. Cubins are stored
+packed (cache_files.pack: about 16x smaller). Every entry carries a checksum over its
+stored cubin and metadata; an entry that fails it, or does not unpack, is dropped and
+counts as a miss. The key (kernels.cache_key) covers everything that changes
 the binary, so a changed source, option, arch, NVRTC or header version is a new key.
 
 A fleet shares caches: the writable one may be followed by read-only ones searched in
@@ -270,20 +271,22 @@ class KernelCache(Maintenance):
                 "SELECT name, arch, cubin, meta, checksum FROM kernels WHERE key = ?", (key,)).fetchone())
             if row is None:
                 return None
-            name, arch, cubin, meta_json, checksum = row
-            if cache_files.checksum(cubin, meta_json) != checksum:
+            name, arch, stored, meta_json, checksum = row
+            cubin = cache_files.unpack(stored) if cache_files.checksum(stored, meta_json) == checksum else None
+            if cubin is None:
                 warnings.warn(f"kernel cache entry {name} ({key[:12]}) failed its checksum; recompiling")
                 self._write(lambda c: c.execute("DELETE FROM kernels WHERE key = ?", (key,)))
                 return None
-            return Entry(key, name, arch, bytes(cubin), json.loads(meta_json))
+            return Entry(key, name, arch, cubin, json.loads(meta_json))
 
     def put(self, key: str, name: str, arch: str, cubin: bytes, meta: dict) -> None:
         meta_json = json.dumps(meta, sort_keys=True)
+        stored = cache_files.pack(cubin)
         with self._lock:
             if not self._write(lambda c: c.execute(
                     "INSERT OR REPLACE INTO kernels (key, name, arch, cubin, meta, checksum, created) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (key, name, arch, cubin, meta_json, cache_files.checksum(cubin, meta_json), time.time()))):
+                    (key, name, arch, stored, meta_json, cache_files.checksum(stored, meta_json), time.time()))):
                 self._overlay[key] = Entry(key, name, arch, cubin, json.loads(meta_json))
                 return
             toolchain = meta.get("toolchain")

@@ -1,6 +1,6 @@
-"""What a compiled_cache.db file holds, read without a KernelCache: the checksum of an
-entry, whether a file is a shipped (rollback-journal) one, its tables, whose toolchains
-stamped it, and the insert that merging uses."""
+"""What a compiled_cache.db file holds, read without a KernelCache: how a cubin is stored
+(packed), the checksum of an entry, whether a file is a shipped (rollback-journal) one, its
+tables, whose toolchains stamped it, and the insert that merging uses."""
 from __future__ import annotations
 
 import hashlib
@@ -8,6 +8,7 @@ import os
 import sqlite3
 import time
 import warnings
+import zlib
 from pathlib import Path
 
 from .. import env
@@ -34,6 +35,31 @@ CREATE TABLE IF NOT EXISTS toolchains (
     created REAL NOT NULL
 )
 """
+
+
+# A stored cubin is zlib-packed behind this tag (cache format 3). An sm90 cubin is about 3.6 MB,
+# 3.2 MB of it the names of CuTe's static constexpr members that -default-device makes
+# device globals: packed, about 16x smaller (0.23 MB), unpacked in about 4 ms.
+PACKED = b"CSZ1"
+UNPACKED_LIMIT = 1 << 30   # no cubin comes near it: more is a damaged or hostile entry
+
+
+def pack(cubin: bytes) -> bytes:
+    return PACKED + zlib.compress(cubin, 9)
+
+
+def unpack(stored: bytes) -> bytes | None:
+    """The cubin a stored blob holds (a blob without the tag is one as it was written); None
+    for a blob that does not unpack within UNPACKED_LIMIT."""
+    stored = bytes(stored)
+    if not stored.startswith(PACKED):
+        return stored
+    inflater = zlib.decompressobj()
+    try:
+        cubin = inflater.decompress(stored[len(PACKED):], UNPACKED_LIMIT)
+    except zlib.error:
+        return None
+    return cubin if inflater.eof and not inflater.unconsumed_tail else None
 
 
 def checksum(cubin: bytes, meta_json: str) -> str:
