@@ -19,6 +19,11 @@ PACKAGE_VERSION = "0.1.0"
 # Version of the layout of a cache entry (cubin + JSON metadata). Bump it when
 # what is stored, or how it is read, changes: old entries then stop matching.
 CACHE_FORMAT = 3   # 3: cubins stored zlib-packed (build.cache_files.pack)
+# Earlier formats whose entries this version still serves: format 2 stored the same cubins
+# raw (cache_files.unpack passes an untagged blob through), so only the format line of
+# their keys and stamps differs. An upgrade then recompiles nothing and a shipped file
+# keeps serving; new entries are written in CACHE_FORMAT.
+READABLE_FORMATS = (2,)
 
 
 def cache_path() -> Path:
@@ -302,15 +307,21 @@ def include_dirs() -> list[Path]:
 
 
 @functools.cache
-def toolchain_identity() -> str:
-    """Everything besides source and options that changes a compiled binary."""
+def toolchain_identity(cache_format: int = CACHE_FORMAT) -> str:
+    """Everything besides source and options that changes a compiled binary, and the format
+    its entry is stored in."""
     parts = [
         f"cutlass_sparse {PACKAGE_VERSION}",
-        f"cache format {CACHE_FORMAT}",
+        f"cache format {cache_format}",
         f"nvrtc {nvrtc_version()}",
         *sorted({ident for _, ident in header_sources()}),
     ]
     return "\n".join(parts)
+
+
+def readable_identities() -> tuple[str, ...]:
+    """The toolchain stamps whose entries this version serves: its own, then READABLE_FORMATS'."""
+    return (toolchain_identity(), *(toolchain_identity(f) for f in READABLE_FORMATS))
 
 
 def operations_dir() -> Path:

@@ -1,5 +1,6 @@
 """Cubins are stored packed (build.cache_files.pack) and unpacked on the way out; a packed
 entry that does not unpack is a miss, like one that fails its checksum."""
+import json
 import os
 import sqlite3
 import zlib
@@ -60,3 +61,64 @@ def test_a_blob_that_inflates_past_the_limit_is_refused(monkeypatch):
     assert len(bomb) < 16 << 10
     assert cache_files.unpack(bomb) is None
     assert cache_files.unpack(cache_files.pack(bytes(1 << 19))) == bytes(1 << 19)
+
+
+def test_maintenance_sees_an_entry_that_does_not_unpack(tmp_path):
+    db = private(tmp_path / "c") / "c.db"
+    cache = KernelCache(db)
+    cache.put("good", "kernel-good", "sm_80", b"\x7fELF" * 100, {})
+    cache.put("bad", "kernel-bad", "sm_80", b"\x7fELF" * 100, {})
+    cache.close()
+    _forge(db, "bad", cache_files.PACKED + b"garbage")
+    cache = KernelCache(db)
+    assert {row[0]: row[4] for row in cache.rows()} == {"good": True, "bad": False}   # ls, stats
+    target = KernelCache(private(tmp_path / "m") / "m.db")
+    with pytest.warns(UserWarning, match="does not unpack; not merged"):
+        assert target.merge_from(db) == 1                                            # merge, --ship
+    assert target.keys() == ["good"]
+    assert cache.verify() == ["bad"] and cache.keys() == ["good"]                    # verify drops it
+
+
+def _legacy_world(tmp_path, monkeypatch, read_only: bool):
+    """A cache holding one sm80 kernel as the previous cache format stored it (raw, keyed and
+    stamped with format 2), compiling forbidden."""
+    from cutlass_sparse import env
+    from cutlass_sparse.build import kernels
+    from cutlass_sparse.describe import selection
+
+    config = selection.config_for_shape(256, 64, 256, "f16", "f16", "row", 108, "sm80")
+    emitted, options, _ = kernels._keyed(config, "sm_80")
+    old = env.toolchain_identity(2)
+    db = private(tmp_path / "c") / "old.db"
+    writer = KernelCache(db)
+    writer.put("placeholder", "x", "sm_80", b"x", {})   # creates the file; replaced below
+    writer.close()
+    meta = json.dumps({"constants": {"shared_bytes": 1, "threads": 128}, "compile_seconds": 2.0,
+                       "config": config.to_json(), "toolchain": old}, sort_keys=True)
+    raw = b"\x7fELF raw cubin of format 2"
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM kernels")
+        conn.execute("INSERT INTO kernels VALUES (?, ?, ?, ?, ?, ?, 0)",
+                     (kernels.cache_key(emitted, "sm_80", options, old), config.name, "sm_80", raw, meta,
+                      cache_files.checksum(raw, meta)))
+        conn.execute("DELETE FROM toolchains")
+        conn.execute("INSERT INTO toolchains VALUES (?, 0)", (old,))
+    if read_only:
+        db.chmod(0o444)
+    monkeypatch.setenv("CUTLASS_SPARSE_NO_COMPILE", "1")
+    return config, raw, KernelCache(db, read_only=read_only)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "shipped"])
+def test_an_entry_of_the_previous_format_serves_without_a_compile(tmp_path, monkeypatch, read_only):
+    import warnings
+
+    from cutlass_sparse.build import kernels
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # a format-2 file is not reported as another version's
+        config, raw, cache = _legacy_world(tmp_path, monkeypatch, read_only)
+        assert kernels.cached(config, "sm_80", cache)
+        got = kernels.get(config, "sm_80", cache)
+        assert got.from_cache and got.cubin == raw and got.key == kernels.key_for(config, "sm_80")
+        assert config in kernels.present("sm_80", cache)     # the no-compile fallback lists it

@@ -316,7 +316,8 @@ def test_cache_of_another_version_is_detected_and_not_searched(monkeypatch, tmp_
     assert "cutlass_sparse 0.0.9" in said[0] and "nvidia-cutlass 3.9.0" in said[0] and str(d / "old.db") in said[0]
     stats = subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "cache", "stats", "--path", str(d / "old.db")],
                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert "built by: cutlass_sparse 0.0.9 / nvidia-cutlass 3.9.0" in stats.stdout and "this version" not in stats.stdout
+    built_by = f"built by: cutlass_sparse 0.0.9 / cache format {env.CACHE_FORMAT} / nvidia-cutlass 3.9.0"
+    assert built_by in stats.stdout and "this version" not in stats.stdout
     # A file our version also wrote to is searched (every entry is still keyed by version).
     mixed = KernelCache(d / "mixed.db")
     put(mixed, "k", b"ours", ours)

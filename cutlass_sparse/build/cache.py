@@ -272,10 +272,12 @@ class KernelCache(Maintenance):
             if row is None:
                 return None
             name, arch, stored, meta_json, checksum = row
-            cubin = cache_files.unpack(stored) if cache_files.checksum(stored, meta_json) == checksum else None
+            cubin = cache_files.intact(stored, meta_json, checksum)
             if cubin is None:
-                warnings.warn(f"kernel cache entry {name} ({key[:12]}) failed its checksum; recompiling")
-                self._write(lambda c: c.execute("DELETE FROM kernels WHERE key = ?", (key,)))
+                warnings.warn(f"kernel cache entry {name} ({key[:12]}) failed its checksum or does not "
+                              f"unpack; recompiling")
+                # only the row read here: another process may have written a good one since
+                self._write(lambda c: c.execute("DELETE FROM kernels WHERE key = ? AND checksum = ?", (key, checksum)))
                 return None
             return Entry(key, name, arch, cubin, json.loads(meta_json))
 
@@ -300,15 +302,15 @@ class KernelCache(Maintenance):
         with self._lock:
             return self._query(lambda c: cache_files.column(c, "toolchains", "identity", "created"), [])
 
-    def configs(self, arch: str, toolchain: str) -> list[dict]:
-        """The JSON descriptions of the kernels for arch that toolchain built, in every file searched."""
+    def configs(self, arch: str, toolchains: tuple[str, ...]) -> list[dict]:
+        """The JSON descriptions of the kernels for arch that these toolchains built, in every file searched."""
         found = [e.meta for e in self._overlay.values() if e.arch == arch]
         for cache in (self, *self.shipped):
             if cache.trusted():
                 with cache._lock:
                     found += [json.loads(meta) for meta in cache._query(lambda c: [row[0] for row in c.execute(
                         "SELECT meta FROM kernels WHERE arch = ?", (arch,))], [])]
-        return [meta["config"] for meta in found if meta.get("toolchain") == toolchain and meta.get("config")]
+        return [meta["config"] for meta in found if meta.get("toolchain") in toolchains and meta.get("config")]
 
     # -- profiler winners: signature (JSON) -> choice (JSON) and the measured table ---------
 

@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS toolchains (
 # 3.2 MB of it the names of CuTe's static constexpr members that -default-device makes
 # device globals: packed, about 16x smaller (0.23 MB; an sm80 cubin 8x), unpacked in about 4 ms.
 PACKED = b"CSZ1"
-UNPACKED_LIMIT = 1 << 30   # no cubin comes near it: more is a damaged or hostile entry
+UNPACKED_LIMIT = 64 << 20   # 18x the largest cubin here: more is a damaged or hostile entry
 
 
 def pack(cubin: bytes) -> bytes:
@@ -59,7 +59,13 @@ def unpack(stored: bytes) -> bytes | None:
         cubin = inflater.decompress(stored[len(PACKED):], UNPACKED_LIMIT)
     except zlib.error:
         return None
-    return cubin if inflater.eof and not inflater.unconsumed_tail else None
+    whole = inflater.eof and not inflater.unconsumed_tail and not inflater.unused_data
+    return cubin if whole else None
+
+
+def intact(stored: bytes, meta_json: str, stored_checksum: str) -> bytes | None:
+    """The cubin of an entry whose checksum holds and whose blob unpacks; None otherwise."""
+    return unpack(stored) if checksum(stored, meta_json) == stored_checksum else None
 
 
 def checksum(cubin: bytes, meta_json: str) -> str:
@@ -87,12 +93,12 @@ def foreign_to_us(cache, consequence: str = "none of its kernels or profiler rec
     if not theirs:
         return False
     try:
-        ours = env.toolchain_identity()
+        readable = env.readable_identities()   # ours, and the earlier cache formats we still serve
     except Exception:    # no NVRTC or headers here: nothing is keyed or compiled, nothing to compare
         return False
-    if ours in theirs:
+    if any(identity in theirs for identity in readable):
         return False
-    mine, other = ours.splitlines(), theirs[-1].splitlines()
+    mine, other = readable[0].splitlines(), theirs[-1].splitlines()
     warnings.warn(f"kernel cache {cache.path} was built by another version "
                   f"({'; '.join(line for line in other if line not in mine)}; this is "
                   f"{'; '.join(line for line in mine if line not in other)}): {consequence}", stacklevel=4)

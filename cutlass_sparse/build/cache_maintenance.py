@@ -13,10 +13,10 @@ class Maintenance:
     """KernelCache's maintenance methods (they use its lock, connection and queries)."""
 
     def rows(self):
-        """(key, name, arch, bytes, checksum ok) for every stored entry."""
+        """(key, name, arch, stored bytes, intact: checksum holds and it unpacks) for every entry."""
         with self._lock:
             return self._query(lambda c: [
-                (key, name, arch, len(cubin), cache_files.checksum(cubin, meta) == checksum)
+                (key, name, arch, len(cubin), cache_files.intact(cubin, meta, checksum) is not None)
                 for key, name, arch, cubin, meta, checksum in c.execute(
                     "SELECT key, name, arch, cubin, meta, checksum FROM kernels ORDER BY name, arch")], [])
 
@@ -24,7 +24,7 @@ class Maintenance:
         return [row[0] for row in self.rows()]
 
     def verify(self) -> list[str]:
-        """Drop entries whose checksum fails; return their keys."""
+        """Drop entries whose checksum fails or that do not unpack; return their keys."""
         bad = [key for key, _, _, _, ok in self.rows() if not ok]
         if bad and not self.read_only:
             with self._lock:
@@ -57,8 +57,9 @@ class Maintenance:
         source.close()
         intact = []
         for row in rows:
-            if cache_files.checksum(row[3], row[4]) != row[5]:
-                warnings.warn(f"{other}: entry {row[1]} ({row[0][:12]}) failed its checksum; not merged")
+            if cache_files.intact(row[3], row[4], row[5]) is None:
+                warnings.warn(f"{other}: entry {row[1]} ({row[0][:12]}) failed its checksum or does not unpack; "
+                              f"not merged")
             else:
                 intact.append(row)
         with self._lock:

@@ -54,11 +54,12 @@ def normalize_arch(arch: str | int) -> str:
     return f"sm_{text}"
 
 
-def cache_key(emitted: Emitted | str, arch: str, options: list[str]) -> str:
+def cache_key(emitted: Emitted | str, arch: str, options: list[str], identity: str | None = None) -> str:
+    """identity: the toolchain's (env.toolchain_identity), or an earlier format's (lookups only)."""
     h = hashlib.sha256()
     source = emitted if isinstance(emitted, str) else emitted.source
     headers = () if isinstance(emitted, str) else emitted.headers
-    for part in (env.toolchain_identity(), arch, "\n".join(options), source,
+    for part in (identity or env.toolchain_identity(), arch, "\n".join(options), source,
                  *(f"{name}\n{text}" for name, text in headers)):
         h.update(hashlib.sha256(part.encode()).digest())
     return h.hexdigest()
@@ -97,8 +98,9 @@ def cached(config: SparseGemmConfig, arch: str, cache: KernelCache | None = None
 
 def present(arch: str, cache: KernelCache | None = None) -> list[SparseGemmConfig]:
     """The GEMM kernels for arch that the cache (and the shipped files it searches) holds,
-    built by this toolchain. Only a listing: loading still goes through the key."""
-    found = (cache or default_cache()).configs(normalize_arch(arch), env.toolchain_identity())
+    built by this toolchain (in this cache format or one it reads). Only a listing: loading
+    still goes through the key."""
+    found = (cache or default_cache()).configs(normalize_arch(arch), env.readable_identities())
     configs = []
     for data in found:
         try:
@@ -153,6 +155,10 @@ def _keyed(config, arch):
 def _lookup(config, arch, cache):
     emitted, options, key = _keyed(config, arch)
     entry = cache.get(key)
+    for identity in env.readable_identities()[1:]:   # an earlier format's entry serves as it is
+        if entry is not None:
+            break
+        entry = cache.get(cache_key(emitted, arch, options, identity))
     found = None if entry is None else CompiledKernel(config, arch, key, entry.cubin, entry.meta["constants"],
                                                        True, entry.meta["compile_seconds"])
     return found, emitted, options, key

@@ -1,8 +1,8 @@
 """cache: look after compiled_cache.db (kernels and profiler records).
 
-    ls       every kernel (key, arch, cubin bytes, checksum) and profiler record
-    stats    counts by arch, bytes, entries failing their checksum
-    verify   drop entries that fail their checksum (exit 1 if there were any, or if the
+    ls       every kernel (key, arch, stored bytes, intact or not) and profiler record
+    stats    counts by arch, stored bytes, entries failing their checksum or not unpacking
+    verify   drop entries that fail their checksum or do not unpack (exit 1 if there were any, or if the
              file was too damaged to check and was set aside whole)
     clear    remove every kernel and profiler record
     merge    copy every intact entry of SOURCES that --path lacks (--path may be new);
@@ -29,8 +29,8 @@ log = logging.getLogger("cutlass_sparse")
 
 ACTIONS = {
     "ls": "every kernel and profiler record",
-    "stats": "counts by arch, bytes, entries failing their checksum",
-    "verify": "drop entries that fail their checksum (exit 1 if there were any, or the file was damaged)",
+    "stats": "counts by arch, stored bytes, entries failing their checksum or not unpacking",
+    "verify": "drop entries that fail their checksum or do not unpack (exit 1 if there were any, or the file was damaged)",
     "clear": "remove every kernel and profiler record",
     "merge": "copy every intact entry of SOURCE files that --path lacks",
 }
@@ -86,8 +86,8 @@ def _stats(cache: KernelCache, args) -> int:
     by_arch: dict[str, int] = {}
     for _, _, arch, _, _ in rows:
         by_arch[arch] = by_arch.get(arch, 0) + 1
-    print(f"{cache.path}: {len(rows)} kernels, {sum(r[3] for r in rows) / 1e6:.1f} MB of cubins, "
-          f"{sum(not r[4] for r in rows)} failing their checksum; by arch: {by_arch}; "
+    print(f"{cache.path}: {len(rows)} kernels, {sum(r[3] for r in rows) / 1e6:.1f} MB of cubins (as stored), "
+          f"{sum(not r[4] for r in rows)} failing their checksum or not unpacking; by arch: {by_arch}; "
           f"{len(cache.records())} profiler records")
     print(f"built by: {_built_by(cache)}")
     return 0
@@ -98,11 +98,13 @@ def _built_by(cache: KernelCache) -> str:
     if not theirs:
         return "unrecorded (a file written before caches were stamped; every entry is still keyed by version)"
     try:
-        ours = env.toolchain_identity()
+        readable = env.readable_identities()
     except Exception:    # no NVRTC or headers here to compare with
-        ours = None
-    names = [" / ".join(line for line in t.splitlines() if line.startswith(("cutlass_sparse", "nvidia-cutlass")))
-             + (" (this version)" if t == ours else "") for t in theirs]
+        readable = ()
+    names = [" / ".join(line for line in t.splitlines()
+                        if line.startswith(("cutlass_sparse", "nvidia-cutlass", "cache format")))
+             + (" (this version)" if readable and t == readable[0] else
+                " (an earlier cache format this version reads)" if t in readable else "") for t in theirs]
     return "; ".join(names)
 
 
@@ -110,7 +112,7 @@ def _verify(cache: KernelCache, args) -> int:
     """Exit 1 where entries failed, or the file was too damaged to check: set aside whole
     (every entry in it is gone from the cache), or unreadable (a read-only one)."""
     bad = cache.verify()
-    print(f"{len(bad)} entries failed their checksum" + (" and were removed" if bad else ""))
+    print(f"{len(bad)} entries failed their checksum or did not unpack" + (" and were removed" if bad else ""))
     for aside in cache.moved_aside:
         print(f"{cache.path} was damaged: moved it (every entry) to {aside} and started a fresh cache")
     if not cache.readable:
