@@ -122,3 +122,40 @@ def test_an_entry_of_the_previous_format_serves_without_a_compile(tmp_path, monk
         got = kernels.get(config, "sm_80", cache)
         assert got.from_cache and got.cubin == raw and got.key == kernels.key_for(config, "sm_80")
         assert config in kernels.present("sm_80", cache)     # the no-compile fallback lists it
+
+
+def test_repack_moves_what_this_version_emits_and_keeps_the_rest(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cutlass_sparse import env
+    from cutlass_sparse.build import cache_repack, kernels
+
+    config, raw, cache = _legacy_world(tmp_path, monkeypatch, read_only=False)
+    old = env.toolchain_identity(2)
+    stray = json.dumps({"constants": {}, "compile_seconds": 1.0, "config": config.to_json(), "toolchain": old},
+                       sort_keys=True)
+    with sqlite3.connect(cache.path) as conn:   # format 2, but not what this version emits under that key
+        conn.execute("INSERT INTO kernels VALUES ('stray', 'n', 'sm_80', ?, ?, ?, 0)",
+                     (b"\x7fELF other", stray, cache_files.checksum(b"\x7fELF other", stray)))
+    assert cache_repack.repack(cache) == (1, 1)
+    new_key = kernels.key_for(config, "sm_80")
+    assert sorted(cache.keys()) == sorted([new_key, "stray"])
+    assert stored(cache.path, new_key).startswith(cache_files.PACKED)
+    got = kernels.get(config, "sm_80", KernelCache(cache.path))      # compiling is forbidden here
+    assert got.from_cache and got.cubin == raw
+    assert cache_repack.repack(cache) == (0, 1)                      # nothing left to move
+    cache.close()
+    done = subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "cache", "repack", "--path", str(cache.path)],
+                          capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
+    assert done.returncode == 0 and "0 entries moved to cache format 3, 1 of an earlier format" in done.stdout
+
+
+def test_repack_refuses_a_read_only_file(tmp_path, monkeypatch):
+    from cutlass_sparse.build import cache_repack
+
+    _, _, cache = _legacy_world(tmp_path, monkeypatch, read_only=True)
+    with pytest.raises(PermissionError, match="cannot repack read-only"):
+        cache_repack.repack(cache)

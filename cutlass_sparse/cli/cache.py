@@ -8,6 +8,8 @@
     merge    copy every intact entry of SOURCES that --path lacks (--path may be new);
              --ship: write --path as a file to ship to serving machines (one file in
              rollback-journal mode, compacted, mode 0444, renamed into place whole)
+    repack   move the entries of an earlier cache format (raw cubins) to the current one
+             (packed, about 16x smaller) where this version emits the same kernel; no compile
 
 --path names the cache file (default: $CUTLASS_SPARSE_CACHE's first entry, else
 ~/.cache/...); for every action but merge it must exist, and is never created.
@@ -19,7 +21,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..build import cache_ship
+from ..build import cache_repack, cache_ship
 from ..build.cache import KernelCache
 from .. import env
 from . import args as types
@@ -33,6 +35,7 @@ ACTIONS = {
     "verify": "drop entries that fail their checksum or do not unpack (exit 1 if there were any, or the file was damaged)",
     "clear": "remove every kernel and profiler record",
     "merge": "copy every intact entry of SOURCE files that --path lacks",
+    "repack": "move earlier-format entries (raw cubins) to the current, packed format; no compile",
 }
 
 
@@ -132,4 +135,12 @@ def _merge(cache: KernelCache, args) -> int:
     return 0
 
 
-ACTION = {"ls": _ls, "stats": _stats, "verify": _verify, "clear": _clear, "merge": _merge}
+def _repack(cache: KernelCache, args) -> int:
+    moved, kept = cache_repack.repack(cache)
+    cache.compact()   # give the freed pages back to the file system
+    print(f"{cache.path}: {moved} entries moved to cache format {env.CACHE_FORMAT}, {kept} of an earlier "
+          f"format left as they were (another source or version)")
+    return 0
+
+
+ACTION = {"ls": _ls, "stats": _stats, "verify": _verify, "clear": _clear, "merge": _merge, "repack": _repack}
