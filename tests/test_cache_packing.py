@@ -124,6 +124,11 @@ def test_an_entry_of_the_previous_format_serves_without_a_compile(tmp_path, monk
         assert config in kernels.present("sm_80", cache)     # the no-compile fallback lists it
 
 
+def _stamps(db):
+    with sqlite3.connect(db) as conn:
+        return {row[0] for row in conn.execute("SELECT identity FROM toolchains")}
+
+
 def test_repack_moves_what_this_version_emits_and_keeps_the_rest(tmp_path, monkeypatch):
     import subprocess
     import sys
@@ -139,18 +144,60 @@ def test_repack_moves_what_this_version_emits_and_keeps_the_rest(tmp_path, monke
     with sqlite3.connect(cache.path) as conn:   # format 2, but not what this version emits under that key
         conn.execute("INSERT INTO kernels VALUES ('stray', 'n', 'sm_80', ?, ?, ?, 0)",
                      (b"\x7fELF other", stray, cache_files.checksum(b"\x7fELF other", stray)))
-    assert cache_repack.repack(cache) == (1, 1)
+        conn.execute("INSERT INTO kernels VALUES ('garbled', 'n', 'sm_80', ?, 'not json', ?, 0)",
+                     (b"x", cache_files.checksum(b"x", "not json")))
+    assert cache_repack.repack(cache) == cache_repack.Repacked(moved=1, kept=1, complete=True)
     new_key = kernels.key_for(config, "sm_80")
-    assert sorted(cache.keys()) == sorted([new_key, "stray"])
+    assert sorted(cache.keys()) == sorted([new_key, "stray", "garbled"])
     assert stored(cache.path, new_key).startswith(cache_files.PACKED)
+    assert env.toolchain_identity() in _stamps(cache.path)            # the file says who wrote the moved entry
     got = kernels.get(config, "sm_80", KernelCache(cache.path))      # compiling is forbidden here
     assert got.from_cache and got.cubin == raw
-    assert cache_repack.repack(cache) == (0, 1)                      # nothing left to move
+    assert cache_repack.repack(cache) == cache_repack.Repacked(moved=0, kept=1)   # nothing left to move
     cache.close()
     done = subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "cache", "repack", "--path", str(cache.path)],
                           capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
-    assert done.returncode == 0 and "0 entries moved to cache format 3, 1 of an earlier format" in done.stdout
+    assert done.returncode == 0 and "0 entries moved to cache format 3; 1 of an earlier format" in done.stdout
+
+
+def test_a_move_that_fails_leaves_the_entry_as_it_was(tmp_path, monkeypatch):
+    from cutlass_sparse.build import cache_repack, kernels
+
+    config, raw, cache = _legacy_world(tmp_path, monkeypatch, read_only=False)
+    before = cache.keys()
+    with sqlite3.connect(cache.path) as conn:   # the insert fails after the delete, inside the transaction
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON kernels BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    with pytest.raises(sqlite3.DatabaseError, match="refused"):
+        cache_repack.repack(cache)
+    assert cache.keys() == before and not stored(cache.path, before[0]).startswith(cache_files.PACKED)
+    assert kernels.get(config, "sm_80", KernelCache(cache.path)).cubin == raw
+
+
+def test_a_refused_write_stops_the_repack_and_loses_nothing(tmp_path, monkeypatch):
+    from cutlass_sparse.build import cache_repack
+
+    _, _, cache = _legacy_world(tmp_path, monkeypatch, read_only=False)
+    before = cache.keys()
+    monkeypatch.setattr(cache, "_write", lambda run: False)   # what a full disk answers
+    assert cache_repack.repack(cache) == cache_repack.Repacked(moved=0, kept=0, complete=False)
+    assert cache.keys() == before
+
+
+def test_an_entry_removed_meanwhile_is_not_brought_back(tmp_path, monkeypatch):
+    from cutlass_sparse.build import cache_repack
+
+    _, _, cache = _legacy_world(tmp_path, monkeypatch, read_only=False)
+    real = cache_repack._current_key
+
+    def cleared_meanwhile(meta, arch, key):   # another process clears the file between look and move
+        with sqlite3.connect(cache.path) as conn:
+            conn.execute("DELETE FROM kernels")
+        return real(meta, arch, key)
+
+    monkeypatch.setattr(cache_repack, "_current_key", cleared_meanwhile)
+    assert cache_repack.repack(cache).moved == 0
+    assert cache.keys() == []
 
 
 def test_repack_refuses_a_read_only_file(tmp_path, monkeypatch):

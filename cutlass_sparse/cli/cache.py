@@ -136,10 +136,22 @@ def _merge(cache: KernelCache, args) -> int:
 
 
 def _repack(cache: KernelCache, args) -> int:
-    moved, kept = cache_repack.repack(cache)
-    cache.compact()   # give the freed pages back to the file system
-    print(f"{cache.path}: {moved} entries moved to cache format {env.CACHE_FORMAT}, {kept} of an earlier "
-          f"format left as they were (another source or version)")
+    """Exit 1 where the disk refused a write (what moved stays moved, the rest as it was)."""
+    try:
+        done = cache_repack.repack(cache)
+    except cache_repack.SetAside as exc:
+        print(exc)
+        return 1
+    print(f"{cache.path}: {done.moved} entries moved to cache format {env.CACHE_FORMAT}; {done.kept} of an "
+          f"earlier format left as they were (not what this version emits)")
+    if not done.complete:
+        print(f"{cache.path}: the disk refused a write; run repack again once there is room")
+        return 1
+    if done.moved:
+        try:
+            cache.compact()   # give the freed pages back to the file system
+        except Exception as exc:   # VACUUM needs room for a copy: the repack itself stands
+            print(f"{cache.path}: not compacted ({exc}); the file keeps its free pages")
     return 0
 
 
