@@ -17,7 +17,8 @@ from . import trust
 PACKAGE_VERSION = "0.1.0"
 
 # Version of the layout of a cache entry (cubin + JSON metadata). Bump it when
-# what is stored, or how it is read, changes: old entries then stop matching.
+# what is stored, or how it is read, changes: old entries then stop matching, unless this
+# version still reads their format (READABLE_FORMATS).
 CACHE_FORMAT = 3   # 3: cubins stored zlib-packed (build.cache_files.pack)
 # Earlier formats whose entries this version still serves: format 2 stored the same cubins
 # raw (cache_files.unpack passes an untagged blob through), so only the format line of

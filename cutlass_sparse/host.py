@@ -40,9 +40,9 @@ def available_bytes() -> int | None:
 def compiles_at_once(peak_bytes: int) -> int:
     """How many compiles of peak_bytes each fit at once: one per usable CPU, as many as the
     free memory holds, at least one."""
-    available = available_bytes()
-    by_memory = usable_cpus() if available is None else available // max(peak_bytes, 1)
-    return max(1, min(usable_cpus(), by_memory))
+    cpus, available = usable_cpus(), available_bytes()
+    by_memory = cpus if available is None else available // max(peak_bytes, 1)
+    return max(1, min(cpus, by_memory))
 
 
 def meminfo_available() -> int | None:

@@ -100,7 +100,4 @@ def _current_key(meta: dict, arch: str, stored_key: str) -> str | None:
         emitted, options, key = kernels._keyed(config, arch)
     except Exception:   # a description this version cannot read or emit: leave the entry alone
         return None
-    for identity in env.readable_identities()[1:]:
-        if kernels.cache_key(emitted, arch, options, identity) == stored_key:
-            return key
-    return None
+    return key if stored_key in kernels.earlier_keys(emitted, arch, options) else None

@@ -152,13 +152,18 @@ def _keyed(config, arch):
     return emitted, options, cache_key(emitted, arch, options)
 
 
+def earlier_keys(emitted: Emitted, arch: str, options: list[str]) -> list[str]:
+    """The keys the same kernel had in the earlier cache formats this version still reads."""
+    return [cache_key(emitted, arch, options, identity) for identity in env.readable_identities()[1:]]
+
+
 def _lookup(config, arch, cache):
     emitted, options, key = _keyed(config, arch)
     entry = cache.get(key)
-    for identity in env.readable_identities()[1:]:   # an earlier format's entry serves as it is
+    for old in earlier_keys(emitted, arch, options) if entry is None else ():
+        entry = cache.get(old)   # an earlier format's entry serves as it is
         if entry is not None:
             break
-        entry = cache.get(cache_key(emitted, arch, options, identity))
     found = None if entry is None else CompiledKernel(config, arch, key, entry.cubin, entry.meta["constants"],
                                                        True, entry.meta["compile_seconds"])
     return found, emitted, options, key
