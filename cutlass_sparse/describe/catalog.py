@@ -160,10 +160,17 @@ def load(family: str) -> Family:
 _SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_inflight)?(_noc)?$")
 
 
+# CUTLASS's names for the sm90 epilogues (SparseGemmConfig.direct_store picks the second)
+TMA_STORE_MARK, DIRECT_STORE_MARK = "_epi_tma_", "_epi_nosmem_"
+
+
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
     """The configuration with this procedural name, among every one the catalogs can build
     (an sm90 name may end in the suffixes of an epilogue subtile, of wgmma in flight and of
     a kernel without C, as calls report them: `..._epi128x16_inflight_noc`)."""
+    if DIRECT_STORE_MARK in name:   # the TMA epilogue's kernel with the direct store instead
+        found = find(name.replace(DIRECT_STORE_MARK, TMA_STORE_MARK), family)
+        return dataclasses.replace(found, direct_store=True)
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
     suffixes = _SUFFIXES.search(name)   # the name says both what it adds
     base = name[:suffixes.start()]

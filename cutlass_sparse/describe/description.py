@@ -107,6 +107,11 @@ class SparseGemmConfig:
     # metadata loads into a second register fragment (emit.nvrtc_headers); CUTLASS's sparse
     # mainloop waits for each batch, so the tensor cores drain every k-tile.
     mma_in_flight: bool = False
+    # sm90: the epilogue writes D from registers straight to global memory (CUTLASS's
+    # NoSmemWarpSpecialized: no shared memory, no TMA store), which leaves the mainloop all
+    # of shared memory and compiles in about half the time of the TMA epilogue (its store is
+    # the largest single instantiation). CUTLASS builds it for alpha * acc + beta * C only.
+    direct_store: bool = False
 
     def __post_init__(self):
         checks = [
@@ -155,6 +160,11 @@ class SparseGemmConfig:
              "mma_in_flight: an fp8 kernel needs fast_accum (the other fp8 mainloop is CUTLASS's own, unpatched)"),
             (self.reads_c or self.family == "sm90",
              "reads_c False: family sm90 only (CUTLASS 2.x sparse kernels always have a C operand)"),
+            (not self.direct_store or (self.family == "sm90" and self.activation == "identity"
+                                        and self.scales == "none" and self.epilogue_tile == ()
+                                        and self.element_out not in dtypes.INTEGER_NAMES),
+             "direct_store: sm90 only, with the identity activation, no scales, no epilogue_tile and a "
+             "floating-point output (CUTLASS's register-to-global epilogue is alpha * acc + beta * C)"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
              "tile_scheduler 'streamk' needs the sm90 'cooperative' schedule (CUTLASS's ping-pong kernel has no stream-K)"),
         ]
@@ -237,6 +247,8 @@ class SparseGemmConfig:
         kernel_schedule, epilogue_schedule = SCHEDULES[self.schedule]
         if self.fast_accum:
             kernel_schedule = FAST_ACCUM[kernel_schedule]
+        if self.direct_store:
+            epilogue_schedule = EpilogueScheduleType.NoSmemWarpSpecialized
         return kernel_schedule, epilogue_schedule
 
     # -- identity ---------------------------------------------------------------------
@@ -266,7 +278,7 @@ class SparseGemmConfig:
         """Stable short hash of every field."""
         fields = asdict(self)
         for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", ""), ("reads_c", True),
-                               ("epilogue_tile", ()), ("mma_in_flight", False)):
+                               ("epilogue_tile", ()), ("mma_in_flight", False), ("direct_store", False)):
             if fields[field] == default:   # keys made before the field existed stay valid
                 del fields[field]
         blob = json.dumps(fields, sort_keys=True)

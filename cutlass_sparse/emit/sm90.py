@@ -293,8 +293,10 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "compute": epilogue.compute_type(config.element_out),
         "layout_c": LayoutTag[config.tensor_c.layout],
         # C's element as the epilogue reads it; void: no C buffers in shared memory, which
-        # leaves room for one more mainloop stage (beta = 0 kernels)
-        "source_c": "ElementC" if config.reads_c else "void",
+        # leaves room for one more mainloop stage (beta = 0 kernels). The direct store keeps
+        # no buffers either way, and CUTLASS builds it only for a fusion naming C's type
+        # (beta = 0 then skips C at run time).
+        "source_c": "ElementC" if config.reads_c or config.direct_store else "void",
         "alignment_c": config.alignment_c,
         "tm": config.threadblock[0], "tn": config.threadblock[1], "tk": config.threadblock[2],
         "cm": config.cluster[0], "cn": config.cluster[1], "ck": config.cluster[2],
