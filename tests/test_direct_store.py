@@ -1,27 +1,29 @@
 """sm90 kernels whose epilogue stores D from registers straight to global memory
 (SparseGemmConfig.direct_store: CUTLASS's NoSmemWarpSpecialized), without a GPU: their
-identity, what they are emitted as, and the rules. Their results and speed beside the TMA
-epilogue's are measured on the GPU (scripts/device/sweep_8bit_picks.py --round 12)."""
+identity, what they are emitted as, where the wish applies, and the catalog tile that asks
+for it. Results and speed beside the TMA epilogue's were measured on the GPU
+(scripts/device/sweep_8bit_picks.py --round 12 and 13)."""
 import dataclasses
 
 import pytest
 
-from cutlass_sparse.build import kernels
+from cutlass_sparse.build import kernels, warmup
 from cutlass_sparse.describe import catalog, selection
 from cutlass_sparse.emit.registry import emit
 
 
-def _pick(**fields):
-    chosen = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90").as_compiled()
+def _pick(m=4096, n=4096, k=4096, **fields):
+    chosen = selection.config_for_shape(m, n, k, "f16", "f16", "row", 132, "sm90").as_compiled()
     return dataclasses.replace(chosen, **fields)
 
 
 def test_a_direct_store_kernel_is_its_own_kernel():
-    tma, direct = _pick(), _pick(direct_store=True)
+    tma, direct = _pick(direct_store=False), _pick(direct_store=True)
+    assert direct.stores_directly and not tma.stores_directly
     assert "_epi_tma_" in tma.name and direct.name == tma.name.replace("_epi_tma_", "_epi_nosmem_")
     assert direct.key != tma.key
-    assert catalog.find(direct.name) == direct and catalog.find(tma.name) == tma   # by name, as calls take it
     assert kernels.cache_key(emit(direct), "sm_90a", []) != kernels.cache_key(emit(tma), "sm_90a", [])
+    assert catalog.find(direct.name) == direct and catalog.find(tma.name) == tma   # by name, as calls take it
     # descriptions and keys made before the field existed stay as they were
     stored = tma.to_json()
     del stored["direct_store"]
@@ -29,7 +31,7 @@ def test_a_direct_store_kernel_is_its_own_kernel():
 
 
 def test_it_is_emitted_with_cutlass_register_to_global_epilogue():
-    tma, direct = emit(_pick()).source, emit(_pick(direct_store=True)).source
+    tma, direct = emit(_pick(direct_store=False)).source, emit(_pick(direct_store=True)).source
     assert "cutlass::epilogue::NoSmemWarpSpecialized" in direct
     assert "cutlass::epilogue::TmaWarpSpecializedCooperative," not in direct
     assert "cutlass::epilogue::TmaWarpSpecializedCooperative," in tma
@@ -39,17 +41,31 @@ def test_it_is_emitted_with_cutlass_register_to_global_epilogue():
     assert "    void, cutlass::layout::RowMajor, 8," in tma
 
 
-@pytest.mark.parametrize("fields,rule", [
-    ({"activation": "relu"}, "identity activation"),
-    ({"epilogue_tile": (128, 64)}, "no epilogue_tile"),
-    ({"element_out": "f32", "scales": "row_col"}, "no scales"),
+@pytest.mark.parametrize("fields", [
+    {"activation": "relu"}, {"epilogue_tile": (128, 64)}, {"reads_c": True}, {"element_out": "f32"},
+    {"element_out": "f32", "scales": "row_col"},
 ])
-def test_what_it_cannot_do_is_refused_by_name(fields, rule):
-    with pytest.raises(ValueError, match=f"direct_store: sm90 only, with the .*{rule[:8]}"):
-        _pick(direct_store=True, **fields)
+def test_an_epilogue_it_was_not_measured_with_keeps_the_tma_store(fields):
+    wished, plain = _pick(direct_store=True, **fields), _pick(direct_store=False, **fields)
+    assert not wished.stores_directly and "_epi_tma_" in wished.name
+    assert wished.key == plain.key and emit(wished).source == emit(plain).source   # one kernel, one entry
 
 
 def test_an_sm80_kernel_cannot_take_it():
     sm80 = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 108, "sm80")
-    with pytest.raises(ValueError, match="direct_store: sm90 only"):
+    with pytest.raises(ValueError, match="direct_store: family sm90 only"):
         dataclasses.replace(sm80, direct_store=True)
+
+
+def test_the_catalog_asks_for_it_on_the_decode_tile_it_was_measured_ahead_on():
+    decode = _pick(4096, 16, 4096)
+    assert decode.threadblock == (64, 16, 256) and decode.cluster == (4, 1, 1)
+    assert decode.stores_directly and decode.name.endswith("_pingpong_epi_nosmem_inflight_noc")
+    assert not _pick(8192, 16, 28672).stores_directly   # the 1x1-cluster decode tile lost with it
+    assert not _pick().stores_directly and not _pick(4096, 64, 14336).stores_directly
+    # a call with C (or another epilogue) runs the same tile with the TMA store
+    assert not dataclasses.replace(decode, reads_c=True).stores_directly
+    # warm-up compiles what calls run: the tile's kernel without C stores directly, with C not
+    items = [c for c, _ in warmup.catalog_items(["sm_90a"]) if getattr(c, "threadblock", None) == (64, 16, 256)
+             and c.cluster == (4, 1, 1) and c.element == "f16" and c.element_out == "f16"]
+    assert {c.reads_c: c.stores_directly for c in items} == {True: False, False: True}

@@ -67,9 +67,11 @@ def test_setup_buffers_read_on_another_stream_stay_until_that_launch_is_done(x, 
     """A launch whose Params the setup wrote into a buffer from one stream's pool, launched on
     another stream: evicted meanwhile, the buffer would go back to the first stream's pool
     while the GEMM still reads it (review of session 19, item 8). It is kept until then."""
-    import cupy
-
+    from cutlass_sparse.api.interop import _cupy_stream   # CuPy 14 deprecates ExternalStream
     from cutlass_sparse.launch import sm90
+
+    def stream(torch_stream):
+        return _cupy_stream(torch_stream.cuda_stream, torch.cuda.current_device())
 
     w, sw = fresh_weight(5)
     family = cs.plan(sw, x).family_plan
@@ -78,17 +80,17 @@ def test_setup_buffers_read_on_another_stream_stay_until_that_launch_is_done(x, 
     built_on, reader = torch.cuda.Stream(), torch.cuda.Stream()
     y = torch.empty(4096, 4096, device="cuda", dtype=torch.float16)
     pointers = (x.data_ptr(), y.data_ptr(), y.data_ptr())
-    ready = family.ready(sw, pointers, None, cupy.cuda.ExternalStream(built_on.cuda_stream))
+    ready = family.ready(sw, pointers, None, stream(built_on))
     assert not ready.by_value and ready.stream == built_on.cuda_stream
     reader.wait_stream(built_on)
     before = len(sm90._read_elsewhere)
     with torch.cuda.stream(reader):
         torch.cuda._sleep(50_000_000)   # the GEMM queues behind this
-        family.launch(ready, cupy.cuda.ExternalStream(reader.cuda_stream))
+        family.launch(ready, stream(reader))
     assert len(sm90._read_elsewhere) == before + 1   # held while the GEMM is queued
     reader.synchronize()
     sm90._read_elsewhere.drop_done()
     assert len(sm90._read_elsewhere) == 0
-    family.launch(ready, cupy.cuda.ExternalStream(built_on.cuda_stream))   # its own stream: nothing kept
+    family.launch(ready, stream(built_on))   # its own stream: nothing kept
     assert len(sm90._read_elsewhere) == 0
     assert relative_error(y, w, x) < 2e-2

@@ -110,13 +110,14 @@ def bench_one(m, n, k, dtype, family, rng, tune=False):
 
 def kernel_label(name: str) -> str:
     """A kernel's tile, cluster and schedule from its procedural name: '128x256x64 c2x1 coop'
-    (' sk': the stream-K scheduler; ' fl': wgmma kept in flight, SparseGemmConfig.mma_in_flight)."""
+    (' sk': the stream-K scheduler; ' fl': wgmma kept in flight, SparseGemmConfig.mma_in_flight;
+    ' ds': D stored from registers, SparseGemmConfig.direct_store)."""
     found = re.search(r"_(\d+x\d+x\d+)_(\d+)x(\d+)x1_.*?(cooperative|pingpong|swz\d)", name)
     if not found:
         return name[-24:]
     tile, cm, cn, schedule = found.groups()
     return (f"{tile} c{cm}x{cn} {schedule[:4]}" + (" sk" if "_streamk" in name else "")
-            + (" fl" if "_inflight" in name else ""))
+            + (" fl" if "_inflight" in name else "") + (" ds" if "_epi_nosmem" in name else ""))
 
 
 def geomean(values):

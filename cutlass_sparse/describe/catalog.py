@@ -54,6 +54,9 @@ class Family:
     # catalog key mma_in_flight): where the H100 measured it ahead. It costs a stage of
     # prefetch (a stage is released one k-tile later), which lost 6% on a 4-stage tile.
     in_flight: tuple[tuple, ...] = ()
+    # tiles whose kernels store D straight from registers where the epilogue allows it
+    # (SparseGemmConfig.direct_store; catalog key direct_store): where the sweeps measured it ahead
+    direct_store: tuple[tuple, ...] = ()
 
     def subtile(self, tile) -> tuple[int, ...]:
         """The epilogue subtile the catalog names for this tile (() = CUTLASS's choice)."""
@@ -62,7 +65,8 @@ class Family:
     def tile_fields(self, tile) -> dict:
         """What the catalog names per tile beyond its shape (SparseGemmConfig fields): every
         configuration of the tile, the profiler's candidates included, takes them."""
-        return {"epilogue_tile": self.subtile(tile), "mma_in_flight": tile in self.in_flight}
+        return {"epilogue_tile": self.subtile(tile), "mma_in_flight": tile in self.in_flight,
+                "direct_store": tile in self.direct_store}
 
     def takes_n(self, tile, n: int) -> bool:
         """Whether selection may take this tile for N's range ending at n (selection.n_range)."""
@@ -152,7 +156,14 @@ def load(family: str) -> Family:
         subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
         n_bounds=tuple((tile(t), _n_bounds(t, path)) for t in data["tile"] if "min_n" in t or "max_n" in t),
         in_flight=tuple(tile(t) for t in data["tile"] if _flag(t, "mma_in_flight", path)),
+        direct_store=tuple(tile(t) for t in data["tile"] if _flag(t, "direct_store", path)),
     )
+
+
+def _same_store(name: str) -> str:
+    """A name with either sm90 epilogue store spelled as the TMA store's (CUTLASS names the
+    epilogue schedule; SparseGemmConfig.direct_store picks the register-to-global one)."""
+    return name.replace("_epi_nosmem", "_epi_tma")
 
 
 # What a name adds after a catalog configuration's own: an epilogue subtile, wgmma in
@@ -160,17 +171,10 @@ def load(family: str) -> Family:
 _SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_inflight)?(_noc)?$")
 
 
-# CUTLASS's names for the sm90 epilogues (SparseGemmConfig.direct_store picks the second)
-TMA_STORE_MARK, DIRECT_STORE_MARK = "_epi_tma_", "_epi_nosmem_"
-
-
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
     """The configuration with this procedural name, among every one the catalogs can build
     (an sm90 name may end in the suffixes of an epilogue subtile, of wgmma in flight and of
     a kernel without C, as calls report them: `..._epi128x16_inflight_noc`)."""
-    if DIRECT_STORE_MARK in name:   # the TMA epilogue's kernel with the direct store instead
-        found = find(name.replace(DIRECT_STORE_MARK, TMA_STORE_MARK), family)
-        return dataclasses.replace(found, direct_store=True)
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
     suffixes = _SUFFIXES.search(name)   # the name says both what it adds
     base = name[:suffixes.start()]
@@ -178,8 +182,11 @@ def find(name: str, family: str | None = None) -> SparseGemmConfig:
                "epilogue_tile": (int(suffixes[1]), int(suffixes[2])) if suffixes[1] else ()}
     for fam in names:
         for config in load(fam).enumerate(widest_only=False):
-            if _SUFFIXES.sub("", config.name) == base:   # the catalog's name for it, before the suffixes
-                found = dataclasses.replace(config, **changes)
+            if _same_store(_SUFFIXES.sub("", config.name)) != _same_store(base):   # the catalog's name, before the suffixes
+                continue
+            # either epilogue store: a tile's name with the other is a kernel it can be built as
+            for direct_store in (config.direct_store, not config.direct_store):
+                found = dataclasses.replace(config, direct_store=direct_store, **changes)
                 if found.name == name:
                     return found
     raise ValueError(f"no configuration named {name!r} in catalog {family or 'sm80/sm90'!r}")

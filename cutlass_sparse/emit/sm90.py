@@ -296,7 +296,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         # leaves room for one more mainloop stage (beta = 0 kernels). The direct store keeps
         # no buffers either way, and CUTLASS builds it only for a fusion naming C's type
         # (beta = 0 then skips C at run time).
-        "source_c": "ElementC" if config.reads_c or config.direct_store else "void",
+        "source_c": "ElementC" if config.reads_c or config.stores_directly else "void",
         "alignment_c": config.alignment_c,
         "tm": config.threadblock[0], "tn": config.threadblock[1], "tk": config.threadblock[2],
         "cm": config.cluster[0], "cn": config.cluster[1], "ck": config.cluster[2],

@@ -88,6 +88,10 @@ IN_FLIGHT_ROUNDS = {9: ROUND9_SHAPES, 10: ROUND10_SHAPES}
 # time), A B A B, at large, 512-token and decode rows
 ROUND12_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (28672, 4096, 8192), (4096, 512, 4096),
                   (14336, 512, 4096), (4096, 128, 4096), (4096, 16, 4096)]
+# `--round 13`: the same at decode rows (each decode tile the library picks)
+ROUND13_SHAPES = [(4096, 16, 4096), (4096, 8, 14336), (14336, 16, 4096), (6144, 1, 4096), (8192, 16, 28672),
+                  (28672, 8, 8192), (4096, 64, 14336), (28672, 64, 8192)]
+DIRECT_STORE_ROUNDS = {12: ROUND12_SHAPES, 13: ROUND13_SHAPES}
 
 
 def library_pick(dtype, m, n, k):
@@ -107,9 +111,9 @@ def library_pick(dtype, m, n, k):
 
 
 def configs(dtype, round_=1):
-    if round_ == 12:
+    if round_ in DIRECT_STORE_ROUNDS:
         return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), direct_store=d).as_compiled()
-                                  for s in ROUND12_SHAPES for d in (False, True)))
+                                  for s in DIRECT_STORE_ROUNDS[round_] for d in (False, True)))
     if round_ in IN_FLIGHT_ROUNDS:   # each pick drained and in flight (the catalog may mark either)
         return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), mma_in_flight=f).as_compiled()
                                   for s in IN_FLIGHT_ROUNDS[round_] for f in (False, True)))
@@ -127,7 +131,7 @@ def label(config):
     epi = "x".join(map(str, config.epilogue_tile)) or "auto"
     return (f"{'x'.join(map(str, config.threadblock)):11} c{config.cluster[0]}x{config.cluster[1]} "
             f"{config.schedule[:4]} {'flight' if config.mma_in_flight else 'drain '} "
-            f"epi {'direct' if config.direct_store else epi:6} swz{config.swizzle}")
+            f"epi {'direct' if config.stores_directly else epi:6} swz{config.swizzle}")
 
 
 def sweep(dtype, shapes, rng, round_=1):
@@ -185,7 +189,7 @@ def sweep(dtype, shapes, rng, round_=1):
         if round_ in (5, 7):   # the library's own kernel at each swizzle
             chosen = plans.get(problem).config
             swept = [dataclasses.replace(chosen, swizzle=z) for z in (1, 2, 4, 8)]
-        elif round_ == 12:   # the library's own kernel, then with the direct store
+        elif round_ in DIRECT_STORE_ROUNDS:   # the library's own kernel, then with the direct store
             chosen = plans.get(problem).config
             swept = [dataclasses.replace(chosen, direct_store=d) for d in (False, True)] * 2   # A B A B
         elif round_ in IN_FLIGHT_ROUNDS:   # the library's own kernel, then with wgmma in flight
@@ -226,12 +230,13 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12],
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13],
                         help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
                              "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES; "
                              "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES; "
                              "9, 10: the library's pick, drained and in flight, at ROUND9_SHAPES, ROUND10_SHAPES; "
-                             "12: the library's pick with the TMA epilogue and the direct store at ROUND12_SHAPES")
+                             "12, 13: the library's pick with the TMA epilogue and the direct store at ROUND12_SHAPES, "
+                             "ROUND13_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
@@ -243,8 +248,8 @@ def main():
     rng = cupy.random.default_rng(0)
     for dtype in args.dtypes:
         shapes = {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES, 5: ROUND5_SHAPES.get(dtype, []),
-                  6: ROUND6_SHAPES, 7: ROUND7_SHAPES, 8: ROUND7_SHAPES, 12: ROUND12_SHAPES,
-                  **IN_FLIGHT_ROUNDS}.get(args.round)
+                  6: ROUND6_SHAPES, 7: ROUND7_SHAPES, 8: ROUND7_SHAPES,
+                  **IN_FLIGHT_ROUNDS, **DIRECT_STORE_ROUNDS}.get(args.round)
         sweep(dtype, ROUND2[dtype] if shapes is None else shapes, rng, args.round)
 
 
