@@ -65,10 +65,14 @@ def cgroup_memory_headroom(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CG
     limit binds its children too); None where no level sets a limit. The working set is the
     usage less the inactive file cache, which the kernel reclaims before it kills (the figure
     kubelet evicts by): a cgroup's usage counts its page cache, so after reading large files
-    it can sit at the limit with most of it free to take."""
+    it can sit at the limit with most of it free to take. cgroup v2's memory.high counts as a
+    limit too: above it the kernel throttles and reclaims hard (systemd's MemoryHigh, some
+    Kubernetes setups), which would stall a compile as surely as a kill would end it."""
     headrooms = []
     for directory, v2 in _cgroup_dirs("memory", root, proc_cgroup):
-        limit = _read_int(directory / ("memory.max" if v2 else "memory.limit_in_bytes"))
+        limits = [_read_int(directory / name) for name in (("memory.max", "memory.high") if v2
+                                                          else ("memory.limit_in_bytes",))]
+        limit = min((value for value in limits if value is not None), default=None)
         if limit is None or limit >= _V1_UNLIMITED:
             continue
         usage = _read_int(directory / ("memory.current" if v2 else "memory.usage_in_bytes")) or 0

@@ -42,6 +42,16 @@ def test_v2_the_tightest_level_binds(tmp_path):
     assert host.cgroup_cpu_quota(root, proc) == 4.0
 
 
+def test_v2_memory_high_binds_below_memory_max(tmp_path):
+    # systemd's MemoryHigh (or a pod's memory.high): throttling starts there, not at max
+    proc = v2_tree(tmp_path, "/system.slice/warm.service", {
+        "system.slice/warm.service": {"memory.max": "max\n", "memory.high": f"{8 * GiB}\n",
+                                      "memory.current": f"{GiB}\n"},
+        "system.slice": {"memory.max": f"{32 * GiB}\n", "memory.high": "max\n", "memory.current": f"{3 * GiB}\n"},
+    })
+    assert host.cgroup_memory_headroom(tmp_path / "cg", proc) == 7 * GiB
+
+
 def test_v2_without_limits_says_nothing(tmp_path):
     proc = v2_tree(tmp_path, "/user.slice", {"user.slice": {"memory.max": "max\n", "cpu.max": "max 100000\n"}})
     root = tmp_path / "cg"
