@@ -151,7 +151,9 @@ def test_warmup_jobs_follow_the_heaviest_compile_and_the_memory(node):
             for n in (16, 512, 4096)] * 20
     assert warmup.jobs_for(sm90) == 3                 # 16 GiB / 5 GiB per sm90 GEMM
     assert warmup.jobs_for(sm80) == 32                # 16 GiB / 0.5 GiB
-    assert warmup.jobs_for(sm80 + sm90[:1]) == 3      # the heaviest kernel sets the share
+    assert warmup.jobs_for(sm80 + sm90[2:3]) == 3     # the heaviest kernel sets the share
+    assert sm90[0][0].stores_directly                 # the decode tile's kernel stores D directly:
+    assert warmup.jobs_for(sm80 + sm90[:1]) == 4      # 16 GiB / 4 GiB
     assert warmup.jobs_for([CompressorConfig("e4m3"), LineCopyConfig()]) == 2   # at most one per kernel
     assert warmup.jobs_for(sm90, requested=7) == 7    # the caller's number stands
     node["bytes"] = GiB                               # less than one compile's worth: still one
