@@ -40,3 +40,16 @@ def test_unconfigured_logging_gets_one_warning(tmp_path, config, monkeypatch):
         kernels.get(other, "sm_80", KernelCache(tmp_path / "b.db"))
     said = [str(w.message) for w in caught if "compiling" in str(w.message)]
     assert len(said) == 1 and config.name in said[0] and "cutlass-sparse warmup" in said[0]
+
+
+def test_an_sm90_compile_says_what_it_will_take(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(kernels, "_said_once", type(kernels._said_once)())
+    cache = KernelCache(tmp_path / "cs.db")
+    default = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90")
+    decode = selection.config_for_shape(4096, 16, 4096, "f16", "f16", "row", 132, "sm90")   # stores D directly
+    with caplog.at_level(logging.INFO, logger="cutlass_sparse"):
+        kernels._say_compiling(default, "sm_90a", cache)
+        kernels._say_compiling(decode, "sm_90a", cache)
+    lines = [r.getMessage() for r in caplog.records if r.name == "cutlass_sparse"]
+    assert "(about 1-2 minutes and about 5 GB of memory;" in lines[0]
+    assert "(about 30-60 seconds and about 3.5 GB of memory;" in lines[1] and decode.stores_directly

@@ -172,6 +172,7 @@ def _lookup(config, arch, cache):
 # What a compile takes on one CPU core (docs/compile_time.md; README "Kernel cache"): the
 # Hopper family's CUTLASS 3.x kernels are template-heavy, the others small.
 ABOUT = {"sm90": "1-2 minutes and about 5 GB of memory", "sm90_compressor": "15-30 seconds"}
+ABOUT_DIRECT_STORE = "30-60 seconds and about 3.5 GB of memory"
 _said_once = threading.Event()
 
 
@@ -184,6 +185,8 @@ def _say_compiling(config, arch: str, cache: KernelCache) -> None:
     """One log line per compile (which kernel, about how long, where it is kept); a process
     whose logging is not set up gets one warning for its first compile instead."""
     about = ABOUT.get(getattr(config, "family", ""), "a few seconds")
+    if getattr(config, "stores_directly", False):   # no TMA epilogue to instantiate (compile_time.md)
+        about = ABOUT_DIRECT_STORE
     text = f"compiling {config.name} for {arch} (about {about}; kept in {cache.path})"
     log.info("%s", text)
     configured = log.handlers or logging.getLogger().handlers or log.getEffectiveLevel() <= logging.INFO
