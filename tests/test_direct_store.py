@@ -9,7 +9,9 @@ import pytest
 
 from cutlass_sparse.build import kernels, warmup
 from cutlass_sparse.describe import catalog, selection
+from cutlass_sparse.describe.problem import Epilogue, Problem, folded_c
 from cutlass_sparse.emit.registry import emit
+from cutlass_sparse.plan import plans
 
 
 def _pick(m=4096, n=4096, k=4096, **fields):
@@ -43,12 +45,13 @@ def test_it_is_emitted_with_cutlass_register_to_global_epilogue():
 
 @pytest.mark.parametrize("fields", [
     {"activation": "relu"}, {"epilogue_tile": (128, 64)}, {"reads_c": True}, {"element_out": "f32"},
-    {"element_out": "f32", "scales": "row_col"},
+    {"element_out": "f32", "scales": "row_col"}, {"layout_c": "col"}, {"tile_scheduler": "streamk"},
 ])
 def test_an_epilogue_it_was_not_measured_with_keeps_the_tma_store(fields):
     wished, plain = _pick(direct_store=True, **fields), _pick(direct_store=False, **fields)
     assert not wished.stores_directly and "_epi_tma_" in wished.name
     assert wished.key == plain.key and emit(wished).source == emit(plain).source   # one kernel, one entry
+    assert wished.as_compiled() == plain.as_compiled()
 
 
 def test_an_sm80_kernel_cannot_take_it():
@@ -67,5 +70,31 @@ def test_the_catalog_asks_for_it_on_the_decode_tile_it_was_measured_ahead_on():
     assert not dataclasses.replace(decode, reads_c=True).stores_directly
     # warm-up compiles what calls run: the tile's kernel without C stores directly, with C not
     items = [c for c, _ in warmup.catalog_items(["sm_90a"]) if getattr(c, "threadblock", None) == (64, 16, 256)
-             and c.cluster == (4, 1, 1) and c.element == "f16" and c.element_out == "f16"]
-    assert {c.reads_c: c.stores_directly for c in items} == {True: False, False: True}
+             and c.cluster == (4, 1, 1) and c.element == "f16" and c.element_out == "f16" and c.layout_b == "row"]
+    assert len(items) == 2 and {c.reads_c: c.stores_directly for c in items} == {True: False, False: True}
+
+
+def _runs(problem):
+    """The kernel a call of this problem runs (the plan's, found without a GPU or a compile)."""
+    return kernels.first_asked(lambda: plans.make(problem))[0].as_compiled()
+
+
+@pytest.mark.parametrize("element", ["f16", "bf16"])
+@pytest.mark.parametrize("n", [1, 8, 16])
+def test_a_call_runs_the_kernel_warm_up_compiles(element, n):
+    warmed = {c.as_compiled() for c, _ in warmup.catalog_items(["sm_90a"], widest_only=False)
+              if hasattr(c, "as_compiled")}
+    decode = Problem.contiguous("sm90", 4096, n, 4096, element=element, sm_count=132)
+    ran = _runs(decode)
+    assert ran.stores_directly and ran in warmed   # what cs.matmul runs at decode
+    # C with beta or a float32 D: the same tile with the TMA store, as warm-up compiles it
+    for other in (decode.with_(c=folded_c("row", 4096, n), epilogue=Epilogue(beta=1.0)),
+                  dataclasses.replace(decode, element_out="f32")):
+        kernel = _runs(other)
+        assert not kernel.stores_directly and kernel.threadblock == (64, 16, 256) and kernel in warmed
+    # an activation, or a bias riding as the scaled epilogue's vector: the TMA store too
+    # (kernels the catalog warm-up does not hold; they compile on first use or by preset)
+    relu = _runs(dataclasses.replace(decode, epilogue=Epilogue(activation="relu")))
+    biased = _runs(decode.with_bias())
+    assert relu.activation == "relu" and biased.scales == "row_col"
+    assert not relu.stores_directly and not biased.stores_directly

@@ -173,12 +173,15 @@ class SparseGemmConfig:
 
     @property
     def stores_directly(self) -> bool:
-        """Whether the kernel stores D from registers (direct_store asked, and an epilogue it
-        was measured with: no C, the identity activation, no scales, CUTLASS's subtile and a
-        16-bit float D; CUTLASS's register-to-global epilogue computes alpha * acc + beta * C
-        only, and the sweeps checked f16 and bf16 kernels without C)."""
+        """Whether the kernel stores D from registers: direct_store asked, and a kernel like
+        those the sweeps measured and checked (rounds 12 and 13: f16 and bf16 operands and D,
+        D row-major, no C, the identity activation, no scales, CUTLASS's subtile, the
+        persistent scheduler). CUTLASS's register-to-global epilogue computes alpha * acc +
+        beta * C only."""
         return (self.direct_store and not self.reads_c and self.activation == "identity"
-                and self.scales == "none" and self.epilogue_tile == () and self.element_out in ("f16", "bf16"))
+                and self.scales == "none" and self.epilogue_tile == () and self.layout_c == "row"
+                and self.tile_scheduler == "persistent" and self.element in dtypes.INPUT_NAMES
+                and self.element_out == self.element and not self.element_b)
 
     # -- cutlass_library descriptions -------------------------------------------------
 
@@ -295,8 +298,10 @@ class SparseGemmConfig:
 
     def as_compiled(self) -> "SparseGemmConfig":
         """This configuration as its binary sees it: the sm90 tile scheduler's swizzle is a
-        run-time argument, so configurations that differ only in it share one kernel."""
-        return dataclasses.replace(self, swizzle=1) if self.is_3x else self
+        run-time argument, so configurations that differ only in it (or in a direct_store
+        wish not taken) share one kernel."""
+        # the direct store as taken, not as asked: one kernel, one configuration
+        return dataclasses.replace(self, swizzle=1, direct_store=self.stores_directly) if self.is_3x else self
 
     @property
     def atom_k(self) -> int:

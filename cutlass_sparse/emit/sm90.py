@@ -294,8 +294,9 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "layout_c": LayoutTag[config.tensor_c.layout],
         # C's element as the epilogue reads it; void: no C buffers in shared memory, which
         # leaves room for one more mainloop stage (beta = 0 kernels). The direct store keeps
-        # no buffers either way, and CUTLASS builds it only for a fusion naming C's type
-        # (beta = 0 then skips C at run time).
+        # no buffers either way; its builder wants the fusion's C type here, and the fusion
+        # names D's (it could name void in both: the kernels measured were built this way,
+        # and beta = 0 skips C at run time).
         "source_c": "ElementC" if config.reads_c or config.stores_directly else "void",
         "alignment_c": config.alignment_c,
         "tm": config.threadblock[0], "tn": config.threadblock[1], "tk": config.threadblock[2],
