@@ -171,6 +171,7 @@ def _same_store(name: str) -> str:
 _SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_inflight)?(_noc)?$")
 
 
+@functools.lru_cache(maxsize=1024)   # a walk over every catalog (tens of ms); configurations are frozen
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
     """The configuration with this procedural name, among every one the catalogs can build
     (an sm90 name may end in the suffixes of an epilogue subtile, of wgmma in flight and of
