@@ -22,7 +22,7 @@ from cutlass_sparse.build import cache as cache_mod
 from cutlass_sparse.build import cache_ship, compiler, kernels, warmup
 from cutlass_sparse.build.cache import KernelCache
 from cutlass_sparse.cli import main as cli_main
-from cutlass_sparse.describe import catalog
+from cutlass_sparse.describe import catalog, selection
 from cutlass_sparse.describe.problem import Problem
 from cutlass_sparse.plan import plans, present, presets
 
@@ -127,6 +127,13 @@ def test_preset_lists_what_default_selection_picks():
                                                  sm_count=sm_count)
                     config, asked_arch = kernels.first_asked(lambda: plans.make(problem))
                     assert config.name in names and kernels.normalize_arch(asked_arch) == arch
+                    if family == "sm90":   # cs.linear: D column-major where a row-major one would be staged
+                        out = selection.linear_out_layout(n, 2)
+                        linear = Problem.contiguous(family, m, n, k, element=dtype, layout_b="col", arch=gpu,
+                                                    sm_count=sm_count, out_layout=out)
+                        for asked in (linear, linear.with_bias()):
+                            config = kernels.first_asked(lambda: plans.make(asked))[0]
+                            assert config.name in names, (n, out, config.name)
 
 
 @pytest.mark.parametrize("variables, expected", [

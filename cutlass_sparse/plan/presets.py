@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ..build import kernels
-from ..describe import catalog
+from ..describe import catalog, dtypes, selection
 from ..describe.description import LineCopyConfig
 from ..describe.problem import Problem
 from . import plans
@@ -24,7 +24,8 @@ MODELS = {
 }
 PRESETS = {"llm": (4096, 5120, 8192), "llm-4096": (4096,), "llm-5120": (5120,), "llm-8192": (8192,)}
 DTYPES = ("f16", "bf16")
-# x as cs.matmul takes it ([K, N] row-major) and as cs.linear reads x [tokens, K] (column-major).
+# x as cs.matmul takes it ([K, N] row-major) and as cs.linear reads x [tokens, K] (column-major,
+# with D as cs.linear has it written: _out_layout).
 LAYOUTS = ("row", "col")
 N_MAX = 8192          # tokens per call: decode batches up to long prefill chunks
 # The GPU each target's SM count is taken from (waves of tiles depend on it).
@@ -60,12 +61,23 @@ def problems(name: str, arch: str, sm_count: int, n_max: int = N_MAX) -> list[Pr
     """The preset's problems: each projection without a bias and, for the sm90 family (whose
     calls without C run kernels without C), with one (folded into C, as cs.linear does)."""
     family, gpu = family_of(arch)
-    plain = [Problem.contiguous(family, m, n, k, element=dtype, layout_b=layout, arch=gpu, sm_count=sm_count)
+    plain = [Problem.contiguous(family, m, n, k, element=dtype, layout_b=layout, arch=gpu, sm_count=sm_count,
+                                out_layout=_out_layout(family, layout, n, dtype))
              for hidden in PRESETS[name] for m, k in projections(hidden)
              for dtype in DTYPES for layout in LAYOUTS for n in token_counts(n_max)]
     if family != "sm90":   # sm80 kernels always have C: a bias runs the same one
         return plain
     return plain + [p.with_bias() for p in plain]
+
+
+def _out_layout(family: str, layout: str, n: int, dtype: str) -> str | None:
+    """D as the call writes it: cs.linear (x column-major) has the sm90 family write D
+    column-major at token counts a row-major D would stage (selection.linear_out_layout);
+    None: D the library allocates, row-major."""
+    if family != "sm90" or layout != "col":
+        return None
+    out = selection.linear_out_layout(n, dtypes.numpy_dtype(dtype).itemsize)
+    return out if out == "col" else None
 
 
 def items(name: str, archs: list[str], sm_counts: dict[str, int] | None = None,
