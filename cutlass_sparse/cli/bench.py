@@ -20,7 +20,7 @@ import numpy as np
 
 from ..describe import dtypes
 from . import args as types
-from . import bench_quantized
+from . import bench_ncu, bench_quantized
 
 log = logging.getLogger("cutlass_sparse")
 
@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", default=None, choices=["sm80", "sm90"])
     p.add_argument("--json", default="bench.json", help="results as JSON (default bench.json)")
     p.add_argument("--png", default="bench.png", help="bar chart (default bench.png; needs matplotlib)")
+    p.add_argument("--ncu", action="store_true",
+                   help="after the timings, Nsight Compute's DRAM and SM throughput of the kernel each 16-bit row "
+                        "with n <= 128 (and 8192^3) ran, in a process of its own (needs ncu on PATH)")
     p.add_argument("--tune", action="store_true",
                    help="profile each shape first (cs.tune) and benchmark the recorded winner")
 
@@ -156,6 +159,8 @@ def main(args) -> int:
                   f"ours/cuSPARSELt {geomean([r['vs_cslt'] for r in sel]):.3f}  ({len(sel)} shapes)"
                   + (f"; ours/dense fast-accum {geomean(fast):.3f}" if fast else ""))
     print("TFLOP/s counted as 2*m*n*k (dense-equivalent); kernel-only timing as described in the docstring")
+    if args.ncu:
+        bench_ncu.report(rows, kernel_label)
     Path(args.json).write_text(json.dumps(rows, indent=1))
     try:
         _plot(rows, args.png)

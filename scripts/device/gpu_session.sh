@@ -12,6 +12,7 @@
 #   SKIP_WARM=1       do not compile the session's kernels first (a sweep compiles its own)
 #   SAVE_CACHE=1      $OUT/compiled_cache.db.gz: the cache after compiling what was missing
 #   NCU=1             Nsight Compute: DRAM/SM throughput of our kernel at decode shapes and 8192^3
+#                     (scripts/bench.py --ncu: each row's own kernel, by its exact name)
 # Logs go under $OUT (the device tool's output folder; at most 8 files come back).
 OUT=${OUT:-/tmp/gpu_session_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -50,14 +51,9 @@ if [ -n "$EXTRAS" ]; then   # issue 4/5 measurements: host overhead (and PROFILE
       timeout 200 python3 scripts/run_gemm.py --m 4096 --n $n --k 4096 --profile | grep -v "^\["; done
   } > $OUT/extras.log 2>&1; cat $OUT/extras.log
 fi
-if [ -n "$NCU" ]; then   # Nsight Compute: DRAM and SM throughput of the chosen kernel, decode rows and 8192^3
-  for shape in "4096 16 4096" "14336 16 4096" "4096 128 4096" "8192 8192 8192"; do
-    set -- $shape
-    timeout 120 ncu --target-processes all --kernel-name regex:'sptensorop.*(epi_tma|streamk)(_inflight)?(_noc)?$' --launch-skip 3 \
-      --launch-count 1 --section SpeedOfLight --section LaunchStats \
-      python3 scripts/run_gemm.py --m $1 --n $2 --k $3 > $OUT/ncu_$1x$2x$3.log 2>&1
-    echo "ncu $1x$2x$3 rc=$?: $(grep -oE 'sptensorop_spgemm_[a-z0-9_]+' $OUT/ncu_$1x$2x$3.log | head -1)"
-    grep -E "^    (DRAM Throughput|Compute \(SM\) Throughput|Memory Throughput|Duration|Grid Size|Cluster Size|Shared Memory Configuration Size)" $OUT/ncu_$1x$2x$3.log
-  done
+if [ -n "$NCU" ]; then   # Nsight Compute: DRAM and SM throughput of the kernel each row ran (bench --ncu)
+  timeout ${NCU_TIMEOUT:-400} python3 scripts/bench.py --dtypes f16 --ncu --json $OUT/ncu.json --png /dev/null \
+    --shapes 4096x16x4096,14336x16x4096,4096x128x4096,8192x8192x8192 > $OUT/ncu.log 2>&1
+  echo "ncu rc=$?"; cat $OUT/ncu.log
 fi
 echo "total $(( $(date +%s) - t0 ))s"
