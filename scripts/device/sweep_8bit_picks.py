@@ -82,7 +82,6 @@ ROUND9_SHAPES = SHAPES + [(4096, 16, 4096), (4096, 16, 14336), (14336, 16, 4096)
 # tiles alone, N of 17 to 32)
 ROUND10_SHAPES = [(8192, 1, 28672), (8192, 8, 28672), (8192, 16, 28672), (4096, 32, 4096), (14336, 32, 4096),
                   (8192, 32, 28672), (4096, 24, 14336)]
-IN_FLIGHT_ROUNDS = {9: ROUND9_SHAPES, 10: ROUND10_SHAPES}
 # `--round 12`: the library's pick with CUTLASS's TMA epilogue against the same kernel with
 # the direct store (registers to global memory, no shared memory; about half the compile
 # time), A B A B, at large, 512-token and decode rows
@@ -91,7 +90,9 @@ ROUND12_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (28672, 4096, 8192), (
 # `--round 13`: the same at decode rows (each decode tile the library picks)
 ROUND13_SHAPES = [(4096, 16, 4096), (4096, 8, 14336), (14336, 16, 4096), (6144, 1, 4096), (8192, 16, 28672),
                   (28672, 8, 8192), (4096, 64, 14336), (28672, 64, 8192)]
-DIRECT_STORE_ROUNDS = {12: ROUND12_SHAPES, 13: ROUND13_SHAPES}
+# Rounds that time the library's pick without and with one field set, A B A B: (field, shapes)
+AB_ROUNDS = {9: ("mma_in_flight", ROUND9_SHAPES), 10: ("mma_in_flight", ROUND10_SHAPES),
+             12: ("direct_store", ROUND12_SHAPES), 13: ("direct_store", ROUND13_SHAPES)}
 
 
 def library_pick(dtype, m, n, k):
@@ -111,12 +112,10 @@ def library_pick(dtype, m, n, k):
 
 
 def configs(dtype, round_=1):
-    if round_ in DIRECT_STORE_ROUNDS:
-        return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), direct_store=d).as_compiled()
-                                  for s in DIRECT_STORE_ROUNDS[round_] for d in (False, True)))
-    if round_ in IN_FLIGHT_ROUNDS:   # each pick drained and in flight (the catalog may mark either)
-        return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), mma_in_flight=f).as_compiled()
-                                  for s in IN_FLIGHT_ROUNDS[round_] for f in (False, True)))
+    if round_ in AB_ROUNDS:   # each pick without and with the field (the catalog may set either)
+        field, shapes = AB_ROUNDS[round_]
+        return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), **{field: on}).as_compiled()
+                                  for s in shapes for on in (False, True)))
     family = catalog.load(catalog.for_element("sm90", dtype))
     out, alignment_c, scales, layout = OUT[dtype]
     base = family.config(family.tiles[0], dtype, out, layout, alignment_c if layout == "row" else 16, alignment_c,
@@ -189,12 +188,9 @@ def sweep(dtype, shapes, rng, round_=1):
         if round_ in (5, 7):   # the library's own kernel at each swizzle
             chosen = plans.get(problem).config
             swept = [dataclasses.replace(chosen, swizzle=z) for z in (1, 2, 4, 8)]
-        elif round_ in DIRECT_STORE_ROUNDS:   # the library's own kernel, then with the direct store
-            chosen = plans.get(problem).config
-            swept = [dataclasses.replace(chosen, direct_store=d) for d in (False, True)] * 2   # A B A B
-        elif round_ in IN_FLIGHT_ROUNDS:   # the library's own kernel, then with wgmma in flight
-            chosen = plans.get(problem).config
-            swept = [dataclasses.replace(chosen, mma_in_flight=f) for f in (False, True)] * 2   # A B A B
+        elif round_ in AB_ROUNDS:   # the library's own kernel without, then with the field
+            chosen, field = plans.get(problem).config, AB_ROUNDS[round_][0]
+            swept = [dataclasses.replace(chosen, **{field: on}) for on in (False, True)] * 2   # A B A B
         else:             # each candidate at the swizzle the rule gives its tile
             default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
             swept = [dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
@@ -249,7 +245,7 @@ def main():
     for dtype in args.dtypes:
         shapes = {1: SHAPES, 3: ROUND3_SHAPES, 4: ROUND4_SHAPES, 5: ROUND5_SHAPES.get(dtype, []),
                   6: ROUND6_SHAPES, 7: ROUND7_SHAPES, 8: ROUND7_SHAPES,
-                  **IN_FLIGHT_ROUNDS, **DIRECT_STORE_ROUNDS}.get(args.round)
+                  **{r: shapes for r, (_, shapes) in AB_ROUNDS.items()}}.get(args.round)
         sweep(dtype, ROUND2[dtype] if shapes is None else shapes, rng, args.round)
 
 
