@@ -71,7 +71,10 @@ def test_the_catalog_asks_for_it_on_the_decode_tile_it_was_measured_ahead_on():
     # warm-up compiles what calls run: the tile's kernel without C stores directly, with C not
     items = [c for c, _ in warmup.catalog_items(["sm_90a"]) if getattr(c, "threadblock", None) == (64, 16, 256)
              and c.cluster == (4, 1, 1) and c.element == "f16" and c.element_out == "f16" and c.layout_b == "row"]
-    assert len(items) == 2 and {c.reads_c: c.stores_directly for c in items} == {True: False, False: True}
+    row = [c for c in items if c.layout_c == "row"]
+    assert len(row) == 2 and {c.reads_c: c.stores_directly for c in row} == {True: False, False: True}
+    # and a single column's column-major D (Problem.layout_d), no C, with the TMA store
+    assert [(c.reads_c, c.stores_directly) for c in items if c.layout_c == "col"] == [(False, False)]
 
 
 def _runs(problem):
@@ -86,7 +89,9 @@ def test_a_call_runs_the_kernel_warm_up_compiles(element, n):
               if hasattr(c, "as_compiled")}
     decode = Problem.contiguous("sm90", 4096, n, 4096, element=element, sm_count=132)
     ran = _runs(decode)
-    assert ran.stores_directly and ran in warmed   # what cs.matmul runs at decode
+    # what cs.matmul runs at decode; one column: D the library allocates is column-major
+    # (Problem.layout_d), which keeps the TMA store (the direct store was measured on row-major D)
+    assert ran in warmed and ran.stores_directly == (n > 1) and ran.layout_c == ("col" if n == 1 else "row")
     # C with beta or a float32 D: the same tile with the TMA store, as warm-up compiles it
     for other in (decode.with_(c=folded_c("row", 4096, n), epilogue=Epilogue(beta=1.0)),
                   dataclasses.replace(decode, element_out="f32")):

@@ -107,7 +107,8 @@ def test_one_kernel_per_range_and_never_across_what_changes_it():
         return plans.range_key(problem, None, None)
 
     assert key(17) == key(32) != key(33)
-    assert key(1) == key(16)
+    assert key(2) == key(16) and key(1, out_layout="row") == key(16, out_layout="row")
+    assert key(1) != key(2)     # one column: D the library allocates is column-major (Problem.layout_d)
     assert key(64, out_layout="row") == key(64)     # D the library allocates is row-major too
     for change in (dict(m=M * 2), dict(k=K * 2), dict(element="bf16", element_out="bf16"),
                    dict(element_out="f32"), dict(layout_b="col"), dict(activation="relu"), dict(out_layout="col")):

@@ -115,6 +115,33 @@ def test_kernels_with_wgmma_in_flight_match_dense(dtype):
             check(y, w, x, dtype)
 
 
+@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
+@pytest.mark.parametrize("m", [4096, 1001])
+def test_one_token_writes_a_contiguous_column_in_one_launch(m, dtype):
+    """N = 1: D [M, 1] is allocated column-major (the same memory), x read in place: one
+    GEMM launch, no staging; eager CuPy and torch calls, a plan, a graph and out= agree."""
+    import cupy
+    import torch
+
+    w, sw, x = operands(m, 1, 4096, dtype, "row", seed=m)
+    info = {}
+    y = cs.matmul(sw, x, info=info)
+    check(y, w, x, dtype)
+    assert y.shape == (m, 1) and y.flags.c_contiguous and "_tnn_" in info["config"]
+    planned = cs.plan(sw, x)
+    plan = planned.family_plan
+    assert plan.layout_c == "col" and plan.n_k == 1 and not plan.stage_x and plan.direct and planned.direct
+    check(planned(x), w, x, dtype)
+    out = poisoned((m, 1), dtypes.numpy_dtype(dtype))
+    captured_and_replayed(lambda: cs.matmul(sw, x, out=out))
+    check(out, w, x, dtype)
+    xt = torch.as_tensor(x, device="cuda")
+    for _ in range(3):   # the first call plans, later ones take the eager fast path
+        yt = cs.matmul(sw, xt)
+        assert isinstance(yt, torch.Tensor) and yt.shape == (m, 1) and yt.is_contiguous()
+        check(cupy.asarray(yt), w, x, dtype)
+
+
 def test_layouts_are_not_interchangeable():
     w, sw, x = operands(128, 64, 128, "f16", "row", seed=5)
     sw80 = cs.compress(w, layout="sm80")

@@ -96,11 +96,11 @@ class Entry:
     def _spec(self, kind: int) -> tuple:
         """(shape, strides or None, view or None) of new_out (kind 0) or linear_out (1:
         column-major D, 2: row-major D)."""
-        (m, n), ldd = self.out_shape, self.plan.ldd
+        (m, n), pitch = self.out_shape, self.plan.out_pitch
         if kind == 2:
             return (n, m), (1, n), None
-        if kind == 0 and self.problem.out is None and ldd != n:   # rows of ldd, seen as [M, N]
-            return (m, ldd), None, ((m, n), (ldd, 1))
+        if kind == 0 and self.problem.out is None and pitch != n:   # rows of the plan's pitch, seen as [M, N]
+            return (m, pitch), None, ((m, n), (pitch, 1))
         return ((m, n) if kind == 0 else (n, m)), None, None
 
     def _allocated(self, kind: int, device):

@@ -93,7 +93,7 @@ class Plan:
         self.np_out = dtypes.numpy_dtype(p.element_out)
         self._torch_want = None   # what a torch x and out must be, found on the first torch call
         self.out_shape = (p.m, p.n)
-        self.out_strides = (fam.ldd * self.np_out.itemsize, self.np_out.itemsize)
+        self.out_strides = (fam.out_pitch * self.np_out.itemsize, self.np_out.itemsize)
         c_ptr = None if self.c_bias is None else self.c_bias.data.ptr
         if fam.family == "sm90":
             self.align_x = self.align_out = 16

@@ -75,10 +75,19 @@ def catalog_items(archs, widest_only: bool = True) -> list[tuple[object, str]]:
             # each tile with C (a bias or beta) and without (every other call: SparseGemmConfig.reads_c)
             items += [(variant, arch) for name in catalog.CATALOGS["sm90"]
                       for c in catalog.load(name).enumerate(widest_only)
-                      for variant in (c, dataclasses.replace(c, reads_c=False))]
+                      for variant in (c, dataclasses.replace(c, reads_c=False)) + _column_d(c)]
         else:
             items += [(c, arch) for name in catalog.CATALOGS["sm80"] for c in catalog.load(name).enumerate(widest_only)]
     return items
+
+
+def _column_d(config) -> tuple:
+    """A decode tile's kernel for a single-column D, which the library allocates column-major
+    (Problem.layout_d; cs.linear writes decode steps' D so too): no C, 16-bit D, tiles up to
+    64 wide (the ones default selection picks at one token)."""
+    if config.threadblock[1] > 64 or config.element_out not in ("f16", "bf16"):
+        return ()
+    return (dataclasses.replace(config, reads_c=False, layout_c="col"),)
 
 
 def shard(items: list, index: int, count: int) -> list:

@@ -67,6 +67,16 @@ def x_layout(layout: str, k: int, n: int) -> str:
     return "col" if n == 1 and k > 1 else layout
 
 
+def allocated_d_layout(family: str, n: int, element_out: str, reads_c: bool = False, split_k=None) -> str:
+    """The layout of a D the library allocates: row-major, except a single 16-bit column
+    on sm90. [M, 1] is the same memory read column-major, which TMA writes in place,
+    where a row-major D would round N up to 8 and stage x and D (two copies more per
+    decode call). Not with C (a folded C is row-major) or a K split (untimed there)."""
+    if family == "sm90" and n == 1 and element_out in ("f16", "bf16") and not reads_c and split_k in (None, 1):
+        return "col"
+    return "row"
+
+
 def bias_by_vector(family: str, element: str, epilogue: Epilogue, split_k) -> bool:
     """Whether a row bias rides the sm90 scaled epilogue as a float32 vector by pointer
     (a null scale reads as 1), so the kernel has no C: sm90, 16-bit inputs (8-bit ones
@@ -128,6 +138,13 @@ class Problem:
     @property
     def layout_b(self) -> str:
         return self.x.layout
+
+    @property
+    def layout_d(self) -> str:
+        """D's layout: the caller's out's, else allocated_d_layout's."""
+        if self.out is not None:
+            return self.out.layout
+        return allocated_d_layout(self.family, self.n, self.element_out, self.epilogue.reads_c, self.split_k)
 
     @property
     def x_element(self) -> str:

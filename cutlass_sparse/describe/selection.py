@@ -13,7 +13,7 @@ import functools
 from . import catalog, dtypes
 from .arith import cdiv, round_up
 from .description import SparseGemmConfig
-from .problem import Split, x_layout
+from .problem import Split, allocated_d_layout, x_layout
 
 
 def cost(threadblock: tuple[int, int, int], m: int, n: int, k: int, sm_count: int) -> float:
@@ -164,7 +164,8 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
         tile, _ = choose_sm90(m, n, k, sm_count, None, element, element_out)
         config = fam.config(tile, element, element_out, layout_b, 16 // dtypes.numpy_dtype(element).itemsize,
                             16 // dtypes.numpy_dtype(element_out).itemsize, reads_c=False)   # no C: beta = 0
-        return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle, tile[3]))
+        return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle, tile[3]),
+                                   layout_c=allocated_d_layout("sm90", n, element_out))
     if element == "s8":
         layout_b = "col"   # int8 B must be K-major
     m_pad = cdiv(m, 32) * 32

@@ -198,6 +198,7 @@ class Sm80Plan:
         self.stage_out = p.out is None or self.pad_rows or n_k != p.n or (
             widest_alignment(aligns_c, p.out.align, out_item, p.out.ld, n_k) is None)
         self.ldd, align_d = (n_k, ALLOCATED_ALIGN) if self.stage_out else (p.out.ld, p.out.align)
+        self.out_pitch = self.ldd   # D the library allocates, seen as [M, N]: its row pitch
         self.stage_c = p.epilogue.reads_c and (self.pad_rows or n_k != p.n or widest_alignment(
             aligns_c, p.c.align, out_item, p.c.ld, n_k) is None)
         if not p.epilogue.reads_c:

@@ -56,8 +56,8 @@ class Sm90Plan:
         self.problem = p = problem
         item, out_item = dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize
         # D's layout: a caller's column-major out is written in place (M contiguous); D the
-        # library allocates is row-major.
-        self.layout_c = layout_c = "row" if p.out is None else p.out.layout
+        # library allocates is row-major, a single column column-major (Problem.layout_d).
+        self.layout_c = layout_c = p.layout_d
         # The kernel's N: CUTLASS's TMA collectives want the contiguous extent of a row-major
         # B or D in whole 16-byte vectors, so an N that is not runs on N rounded up, with x's
         # extra columns unwritten and D's dropped. Column-major x and D take any N.
@@ -91,10 +91,12 @@ class Sm90Plan:
         self.raster = RASTER
         self.ldd = out.ld
         self.ldc = c.ld if p.epilogue.reads_c else self.ldd
+        # D the library allocates, seen as [M, N]: its row pitch (a single column is contiguous)
+        self.out_pitch = self.ldd if layout_c == "row" else p.n if p.n == 1 else None
         # cs.plan and the eager path launch directly when nothing is staged and D is the
         # caller's array, or a plain row-major [M, N] one the caller allocates like it.
         self.direct = not (self.stage_x or self.stage_c or (p.out is not None and self.stage_out)) and (
-            self.ldd == p.n or p.out is not None)
+            self.out_pitch == p.n or p.out is not None)
         self._readies: OrderedDict[tuple, Ready] = OrderedDict()
         self._staging = KeptBuffers()   # launch_staged's x and D buffers of decode sizes
         self._lock = threading.Lock()   # plans are shared between threads

@@ -37,7 +37,7 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
     given = config is not None
     alignment_b = TMA_ALIGN // dtypes.numpy_dtype(p.element).itemsize     # whole 16-byte vectors
     alignment_c = TMA_ALIGN // dtypes.numpy_dtype(p.element_out).itemsize
-    layout_c = "row" if p.out is None else p.out.layout
+    layout_c = p.layout_d
     entries = catalog.load(catalog.for_element(FAMILY, p.element))
     if config is None and choice is not None:
         splits = p.split_k or 1

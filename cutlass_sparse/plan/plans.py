@@ -56,8 +56,7 @@ def recorded_choice(problem: Problem, config: SparseGemmConfig | None):
 def range_key(problem: Problem, config: SparseGemmConfig | None, choice) -> tuple:
     """Everything an sm90 kernel choice depends on, with N as its range."""
     p = problem
-    layout_c = "row" if p.out is None else p.out.layout
-    return (p.m, selection.n_range(p.n), p.k, p.element, p.element_x, p.element_out, p.layout_b, layout_c,
+    return (p.m, selection.n_range(p.n), p.k, p.element, p.element_x, p.element_out, p.layout_b, p.layout_d,
             p.epilogue.activation, p.epilogue.scales, p.epilogue.reads_c, p.split_k, p.split_k_mode, p.device_id,
             p.arch, p.sm_count, config, choice)
 

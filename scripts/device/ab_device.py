@@ -3,9 +3,10 @@
 older copy of the package (ab_host.py's cutlass_sparse_old), rows alternated between the
 packages round by round: the decode loop of 32 MLP blocks at 1 and 16 tokens, and
 cs.matmul at N = 7 and 8 (a staged odd N against a direct even one); then a profile of
-the new package's slowest row.
+the new package's slowest row. --rows n1: cs.matmul at one token on the LLM projections
+(torch eager, and kernel-only as scripts/bench.py times it: CuPy, out= the first result).
 
-    python scripts/device/ab_device.py --old ab_old --rounds 5
+    python scripts/device/ab_device.py --old ab_old --rounds 5 [--rows n1]
 """
 from __future__ import annotations
 
@@ -46,32 +47,65 @@ def rows_of(cs, torch) -> dict:
     return rows
 
 
+N1_SHAPES = ((4096, 14336), (14336, 4096), (6144, 4096), (8192, 28672), (28672, 8192))
+
+
+def n1_rows_of(cs, torch) -> dict:
+    """cs.matmul at N = 1, f16: eager on torch tensors (device time, host included) and
+    kernel-only (reference.kernel_median_ms, the bench's method: out= the first result)."""
+    import cupy
+
+    from cutlass_sparse import reference
+
+    rows = {}
+    for m, k in N1_SHAPES:
+        w = cs.prune_2to4(torch.randn(m, k, device="cuda").half() * k ** -0.5)
+        sw = cs.compress(w)
+        x = torch.randn(k, 1, device="cuda").half()
+        ref = w.float() @ x.float()
+        assert relative_error(cs.matmul(sw, x), ref) < 2e-2
+        rows[f"eager {m}x1x{k}"] = ((lambda sw=sw, x=x: cs.matmul(sw, x)), 20, "eager")
+        xc = cupy.asarray(x)
+        yc = cs.matmul(sw, xc)
+        assert relative_error(torch.as_tensor(yc, device="cuda"), ref) < 2e-2
+        rows[f"kernel {m}x1x{k}"] = ((lambda sw=sw, xc=xc, yc=yc: cs.matmul(sw, xc, out=yc)), 20, "kernel")
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", required=True)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rows", choices=("mlp", "n1"), default="mlp")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     sys.path.insert(0, str(Path(args.old).resolve()))
     import torch
 
     packages = {"old": importlib.import_module("cutlass_sparse_old"), "new": importlib.import_module("cutlass_sparse")}
-    rows = {name: rows_of(cs, torch) for name, cs in packages.items()}
+    make = n1_rows_of if args.rows == "n1" else (lambda cs, torch: {
+        name: (*row, "eager") for name, row in rows_of(cs, torch).items()})
+    rows = {name: make(cs, torch) for name, cs in packages.items()}
     times = {(name, row): [] for name in rows for row in rows[name]}
+    from cutlass_sparse.reference import kernel_median_ms
     for _ in range(args.rounds):
         for row in rows["new"]:
             for name in rows:
-                call, repeats = rows[name][row]
-                times[(name, row)].append(device_ms(torch, call, repeats, 3) * 1e3)
-    print(f"device us per call (host included), {args.rounds} rounds, packages alternated: min / median")
+                call, repeats, how = rows[name][row]
+                ms = device_ms(torch, call, repeats, 3) if how == "eager" else kernel_median_ms(call, repeats, 5)
+                times[(name, row)].append(ms * 1e3)
+    print(f"us per call (eager: device time, host included; kernel: reference.kernel_median_ms), "
+          f"{args.rounds} rounds, packages alternated: min / median")
     print(f"  {'row':32s}{'old':>16s}{'new':>16s}")
     for row in rows["new"]:
         cells = "".join(f"{min(times[(n, row)]):8.1f}{statistics.median(times[(n, row)]):8.1f}" for n in rows)
         print(f"  {row:32s}{cells}")
+    if args.rows != "mlp":
+        return 0
     import cProfile
     import pstats
 
-    call, _ = rows["new"]["decode x32, 1 tokens"]
+    call, _, _ = rows["new"]["decode x32, 1 tokens"]
     profile = cProfile.Profile()
     profile.runcall(lambda: [call() for _ in range(20)])
     torch.cuda.synchronize()

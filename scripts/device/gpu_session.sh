@@ -53,7 +53,7 @@ if [ -n "$EXTRAS" ]; then   # issue 4/5 measurements: host overhead (and PROFILE
 fi
 if [ -n "$NCU" ]; then   # Nsight Compute: DRAM and SM throughput of the kernel each row ran (bench --ncu)
   timeout ${NCU_TIMEOUT:-400} python3 scripts/bench.py --dtypes f16 --ncu --json $OUT/ncu.json --png /dev/null \
-    --shapes 4096x16x4096,14336x16x4096,4096x128x4096,8192x8192x8192 > $OUT/ncu.log 2>&1
+    --shapes ${NCU_SHAPES:-4096x16x4096,14336x16x4096,4096x128x4096,8192x8192x8192} > $OUT/ncu.log 2>&1
   echo "ncu rc=$?"; cat $OUT/ncu.log
 fi
 echo "total $(( $(date +%s) - t0 ))s"
