@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Issue 13 (GPU machine): the large-shape winners under each tile-scheduler swizzle and
 raster order (run-time arguments: no new kernels), against cuSPARSELt and dense in the
-same process, each result checked. Usage: sweep_raster.py RASTER (0 heuristic, 1 along
-M, 2 along N)."""
+same process, each result checked. Usage: sweep_raster.py [RASTER] (0 heuristic, 1 along
+M, 2 along N). With --shapes MxNxK,... --pick: only the kernel default selection picks
+(nothing to compile), under every raster order and swizzle 1-8, with cuSPARSELt timed
+before and after the shape's variants (a long kernel heats the card: the peer's two
+times show the drift)."""
+import argparse
 import dataclasses
 import sys
 from pathlib import Path
@@ -21,13 +25,61 @@ SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 40
           (11008, 512, 4096)]
 
 
+def picked(shapes):
+    """Default selection's kernel at each shape, under each raster order and swizzle."""
+    from cutlass_sparse.api import eager
+    from cutlass_sparse.describe import selection
+    from cutlass_sparse.plan import plans
+
+    rng = cupy.random.default_rng(0)
+    for m, n, k in shapes:
+        w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32).astype(cupy.float16))
+        x = rng.standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
+        sw = cs.compress(w)
+        ref = reference.to_float32(cupy.matmul(w, x))
+        run, _ = cusparselt(w, x)
+        before = reference.kernel_median_ms(run)
+        chosen = selection.config_for_shape(m, n, k, "f16", "f16", "row", cupy.cuda.Device().attributes[
+            "MultiProcessorCount"], "sm90")
+        y = cupy.empty((m, n), dtype=cupy.float16)
+        rows = []
+        for raster in (0, 1, 2):
+            sm90.RASTER = raster   # read when a plan is made: forget the plans (and eager calls) made so far
+            plans.clear()
+            eager.clear()
+            for swizzle in (1, 2, 4, 8):
+                config = dataclasses.replace(chosen, swizzle=swizzle)
+                y.fill(0)
+                cs.matmul(sw, x, out=y, config=config)
+                err = reference.relative_error(y, ref)
+                ms = reference.kernel_median_ms(lambda: cs.matmul(sw, x, out=y, config=config))
+                rows.append((ms, raster, swizzle, err))
+        sm90.RASTER = 0
+        plans.clear()
+        eager.clear()
+        after = reference.kernel_median_ms(run)
+        print(f"\n{m}x{n}x{k} {chosen.name} (default swizzle {chosen.swizzle}): cuSPARSELt {before * 1e3:.1f} us "
+              f"before, {after * 1e3:.1f} us after", flush=True)
+        for ms, raster, swizzle, err in sorted(rows):
+            print(f"  raster {raster} swz{swizzle}  {ms * 1e3:9.1f} us  /LT {min(before, after) / ms:.3f}  "
+                  f"err {err:.1e}  {'ok' if err < 2e-3 else 'FAIL'}", flush=True)
+
+
 def main():
-    raster = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("raster", nargs="?", type=int, default=0)
+    parser.add_argument("--shapes", help="MxNxK,... (default: the module's SHAPES)")
+    parser.add_argument("--pick", action="store_true", help="only default selection's kernel, every raster order")
+    args = parser.parse_args()
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    if args.pick:
+        return picked(shapes)
+    raster = args.raster
     sm90.RASTER = raster
     fam = catalog.load("sm90")
     tiles = [t for t in fam.tiles if t[0] in ((128, 256, 64), (256, 128, 64), (128, 128, 128)) and t[5] == "persistent"]
     rng = cupy.random.default_rng(0)
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32).astype(cupy.float16))
         x = rng.standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
         sw = cs.compress(w)
