@@ -3,7 +3,7 @@
 raster order (run-time arguments: no new kernels), against cuSPARSELt and dense in the
 same process, each result checked. Usage: sweep_raster.py [RASTER] (0 heuristic, 1 along
 M, 2 along N). With --shapes MxNxK,... --pick: only the kernel default selection picks
-(nothing to compile), under every raster order and swizzle 1-8, with cuSPARSELt timed
+(nothing to compile), under every raster order and swizzles 4 and 8, with cuSPARSELt timed
 before and after the shape's variants (a long kernel heats the card: the peer's two
 times show the drift)."""
 import argparse
@@ -25,11 +25,22 @@ SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 40
           (11008, 512, 4096)]
 
 
+# --pick: fewer calls per timing than kernel_median_ms's default (16384^3 runs 9 ms a call)
+CALLS, REPLAYS, SWIZZLES = 5, 9, (4, 8)
+
+
 def picked(shapes):
     """Default selection's kernel at each shape, under each raster order and swizzle."""
     from cutlass_sparse.api import eager
     from cutlass_sparse.describe import selection
     from cutlass_sparse.plan import plans
+
+    import time
+
+    start = time.perf_counter()
+
+    def progress(what):
+        print(f"  [{time.perf_counter() - start:6.1f} s] {what}", flush=True)
 
     rng = cupy.random.default_rng(0)
     for m, n, k in shapes:
@@ -37,8 +48,10 @@ def picked(shapes):
         x = rng.standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
         sw = cs.compress(w)
         ref = reference.to_float32(cupy.matmul(w, x))
+        progress(f"{m}x{n}x{k}: operands")
         run, _ = cusparselt(w, x)
-        before = reference.kernel_median_ms(run)
+        progress("cuSPARSELt's search")
+        before = reference.kernel_median_ms(run, CALLS, REPLAYS)
         chosen = selection.config_for_shape(m, n, k, "f16", "f16", "row", cupy.cuda.Device().attributes[
             "MultiProcessorCount"], "sm90")
         y = cupy.empty((m, n), dtype=cupy.float16)
@@ -47,17 +60,18 @@ def picked(shapes):
             sm90.RASTER = raster   # read when a plan is made: forget the plans (and eager calls) made so far
             plans.clear()
             eager.clear()
-            for swizzle in (1, 2, 4, 8):
+            for swizzle in SWIZZLES:
                 config = dataclasses.replace(chosen, swizzle=swizzle)
                 y.fill(0)
                 cs.matmul(sw, x, out=y, config=config)
                 err = reference.relative_error(y, ref)
-                ms = reference.kernel_median_ms(lambda: cs.matmul(sw, x, out=y, config=config))
+                ms = reference.kernel_median_ms(lambda: cs.matmul(sw, x, out=y, config=config), CALLS, REPLAYS)
                 rows.append((ms, raster, swizzle, err))
+                progress(f"raster {raster} swizzle {swizzle}: {ms * 1e3:.1f} us, err {err:.1e}")
         sm90.RASTER = 0
         plans.clear()
         eager.clear()
-        after = reference.kernel_median_ms(run)
+        after = reference.kernel_median_ms(run, CALLS, REPLAYS)
         print(f"\n{m}x{n}x{k} {chosen.name} (default swizzle {chosen.swizzle}): cuSPARSELt {before * 1e3:.1f} us "
               f"before, {after * 1e3:.1f} us after", flush=True)
         for ms, raster, swizzle, err in sorted(rows):
