@@ -94,7 +94,7 @@ class Sm90Plan:
         # D the library allocates, seen as [M, N]: its row pitch (a single column is contiguous)
         self.out_pitch = self.ldd if layout_c == "row" else p.n if p.n == 1 else None
         # cs.plan and the eager path launch directly when nothing is staged and D is the
-        # caller's array, or a plain row-major [M, N] one the caller allocates like it.
+        # caller's array, or a plain [M, N] one the caller allocates like it (out_pitch N).
         self.direct = not (self.stage_x or self.stage_c or (p.out is not None and self.stage_out)) and (
             self.out_pitch == p.n or p.out is not None)
         self._readies: OrderedDict[tuple, Ready] = OrderedDict()
