@@ -114,7 +114,10 @@ def test_warm_up_lists_have_both_kinds():
     from cutlass_sparse.plan import presets
 
     sm90 = [c for c, _ in warmup.catalog_items(["sm_90a"]) if hasattr(c, "reads_c")]
-    assert sum(not c.reads_c for c in sm90) == sum(c.reads_c for c in sm90) > 0
+    row = [c for c in sm90 if c.layout_c == "row"]
+    assert sum(not c.reads_c for c in row) == sum(c.reads_c for c in row) > 0
+    # and a one-token call's kernels (Problem.layout_d): D column-major, never C
+    assert all(not c.reads_c for c in sm90 if c.layout_c == "col") and len(sm90) > len(row)
     # a preset serves projections with a bias (the scaled epilogue's vector) as well as without
     problems = presets.problems("llm-4096", "sm_90a", 132, n_max=64)
     assert any(p.epilogue.scales == "row_col" for p in problems)
