@@ -7,7 +7,15 @@ result checked against the dense one; then Nsight Compute's launch, occupancy, m
 and warp-state sections for the row-major N = 8 and 16 kernels at 4096x?x14336.
 
     python scripts/device/probe_n8.py
+    python scripts/device/probe_n8.py --tile8   # the pick against its tile at N = 8 (64x8x256)
+    python scripts/device/probe_n8.py --n1-store   # one token: D column-major, TMA store or from registers
+
+--tile8: at N = 8 and 4 with x row-major, default selection's kernel against the same
+kernel with an 8-wide tile (x's 16-byte rows fill its TMA box), rounds alternated, every
+result checked (f16; the two kernels compiled here and carried).
 """
+import argparse
+import dataclasses
 from __future__ import annotations
 
 import re
@@ -49,7 +57,93 @@ def timed(m: int, n: int, k: int, x_layout: str, rng) -> tuple[float, str]:
     return reference.kernel_median_ms(lambda: cs.matmul(sw, x, out=y)) * 1e3, info["config"]
 
 
+TILE8_SHAPES = ((4096, 14336), (14336, 4096), (6144, 4096), (8192, 28672), (28672, 8192))
+
+
+def tile8(rounds: int = 5) -> int:
+    from cutlass_sparse.describe import selection
+
+    rng = np.random.default_rng(1)
+    print(f"{'shape':>16} {'pick us':>9} {'64x8 us':>9}  (median of {rounds} rounds, alternated)  pick")
+    for m, k in TILE8_SHAPES:
+        w = cs.prune_2to4(cupy.asarray(rng.standard_normal((m, k), dtype=np.float32) * k ** -0.5).astype(cupy.float16))
+        sw = cs.compress(w)
+        for n in (8, 4):
+            x = cupy.asarray(rng.standard_normal((k, n), dtype=np.float32)).astype(cupy.float16)
+            ref = reference.to_float32(cupy.matmul(w, x))
+            pick = selection.config_for_shape(m, n, k, "f16", "f16", "row", 132, "sm90")
+            narrow = dataclasses.replace(pick, threadblock=(64, 8, 256))
+            calls = []
+            for config in (pick, narrow):
+                y = cupy.full((m, n), cupy.nan, dtype=cupy.float16)
+                cs.matmul(sw, x, out=y, config=config)
+                err = reference.relative_error(y, ref)
+                assert err < 1e-2, (m, n, k, config.name, err)
+                calls.append(lambda config=config, y=y: cs.matmul(sw, x, out=y, config=config))
+            times = [[], []]
+            for _ in range(rounds):
+                for i, call in enumerate(calls):
+                    times[i].append(reference.kernel_median_ms(call, 20, 7) * 1e3)
+            med = [sorted(t)[len(t) // 2] for t in times]
+            print(f"{m:>6}x{n:>2}x{k:<6} {med[0]:9.2f} {med[1]:9.2f}  {med[0] / med[1]:.3f}x  {pick.name}", flush=True)
+    return 0
+
+
+def allow_column_direct_store() -> None:
+    """Let the direct store (a wish measured on row-major D only) be taken with a
+    column-major D too, in this process: CUTLASS's register-to-global epilogue takes any
+    D stride. The kernel it names was compiled with the same patch and carried."""
+    from cutlass_sparse.describe.description import SparseGemmConfig
+
+    rule = SparseGemmConfig.stores_directly.fget
+    SparseGemmConfig.stores_directly = property(
+        lambda c: rule(dataclasses.replace(c, layout_c="row") if c.layout_c == "col" else c))
+
+
+def n1_configs(m: int, k: int):
+    """(TMA store, direct store) kernels of a one-token call of this shape (f16)."""
+    from cutlass_sparse.describe import selection
+
+    pick = selection.config_for_shape(m, 1, k, "f16", "f16", "row", 132, "sm90")
+    return dataclasses.replace(pick, direct_store=False), dataclasses.replace(pick, direct_store=True)
+
+
+def n1_store(rounds: int = 5) -> int:
+    allow_column_direct_store()
+    rng = np.random.default_rng(2)
+    print(f"{'shape':>16} {'TMA us':>9} {'direct us':>9}  (median of {rounds} rounds, alternated)")
+    for m, k in TILE8_SHAPES:
+        w = cs.prune_2to4(cupy.asarray(rng.standard_normal((m, k), dtype=np.float32) * k ** -0.5).astype(cupy.float16))
+        sw = cs.compress(w)
+        x = cupy.asarray(rng.standard_normal((k, 1), dtype=np.float32)).astype(cupy.float16)
+        ref = reference.to_float32(cupy.matmul(w, x))
+        calls, names = [], []
+        for config in n1_configs(m, k):
+            y = cupy.full((m, 1), cupy.nan, dtype=cupy.float16)
+            info = {}
+            cs.matmul(sw, x, out=y, config=config, info=info)
+            err = reference.relative_error(y, ref)
+            assert err < 1e-2, (m, k, config.name, err)
+            calls.append(lambda config=config, y=y: cs.matmul(sw, x, out=y, config=config))
+            names.append(info["config"])
+        times = [[], []]
+        for _ in range(rounds):
+            for i, call in enumerate(calls):
+                times[i].append(reference.kernel_median_ms(call, 20, 7) * 1e3)
+        med = [sorted(t)[len(t) // 2] for t in times]
+        print(f"{m:>6}x 1x{k:<6} {med[0]:9.2f} {med[1]:9.2f}  {med[0] / med[1]:.3f}x  {names[1]}", flush=True)
+    return 0
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tile8", action="store_true")
+    parser.add_argument("--n1-store", action="store_true")
+    args = parser.parse_args()
+    if args.tile8:
+        return tile8()
+    if args.n1_store:
+        return n1_store()
     rng = np.random.default_rng(0)
     names = {}
     print(f"{'shape':>16} {'x':>4} {'us':>8}  kernel")

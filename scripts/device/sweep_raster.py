@@ -29,7 +29,7 @@ SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 40
 CALLS, REPLAYS, SWIZZLES = 5, 9, (4, 8)
 
 
-def picked(shapes):
+def picked(shapes, rasters=(0, 1, 2)):
     """Default selection's kernel at each shape, under each raster order and swizzle."""
     from cutlass_sparse.api import eager
     from cutlass_sparse.describe import selection
@@ -56,7 +56,7 @@ def picked(shapes):
             "MultiProcessorCount"], "sm90")
         y = cupy.empty((m, n), dtype=cupy.float16)
         rows = []
-        for raster in (0, 1, 2):
+        for raster in rasters:
             sm90.RASTER = raster   # read when a plan is made: forget the plans (and eager calls) made so far
             plans.clear()
             eager.clear()
@@ -84,10 +84,12 @@ def main():
     parser.add_argument("raster", nargs="?", type=int, default=0)
     parser.add_argument("--shapes", help="MxNxK,... (default: the module's SHAPES)")
     parser.add_argument("--pick", action="store_true", help="only default selection's kernel, every raster order")
+    parser.add_argument("--rasters", default="0,1,2", help="with --pick: these raster orders (one per process: "
+                        "switching in one process hung at 16384^3 in session 25)")
     args = parser.parse_args()
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
     if args.pick:
-        return picked(shapes)
+        return picked(shapes, [int(r) for r in args.rasters.split(",")])
     raster = args.raster
     sm90.RASTER = raster
     fam = catalog.load("sm90")
