@@ -14,9 +14,10 @@ and warp-state sections for the row-major N = 8 and 16 kernels at 4096x?x14336.
 kernel with an 8-wide tile (x's 16-byte rows fill its TMA box), rounds alternated, every
 result checked (f16; the two kernels compiled here and carried).
 """
+from __future__ import annotations
+
 import argparse
 import dataclasses
-from __future__ import annotations
 
 import re
 import shutil
