@@ -61,6 +61,15 @@ def timed(m: int, n: int, k: int, x_layout: str, rng) -> tuple[float, str]:
 TILE8_SHAPES = ((4096, 14336), (14336, 4096), (6144, 4096), (8192, 28672), (28672, 8192))
 
 
+def alternated(calls, rounds: int) -> list[float]:
+    """Median us per call of each callable (kernel-only), their rounds alternated."""
+    times = [[] for _ in calls]
+    for _ in range(rounds):
+        for i, call in enumerate(calls):
+            times[i].append(reference.kernel_median_ms(call, 20, 7) * 1e3)
+    return [sorted(t)[len(t) // 2] for t in times]
+
+
 def tile8(rounds: int = 5) -> int:
     from cutlass_sparse.describe import selection
 
@@ -81,11 +90,7 @@ def tile8(rounds: int = 5) -> int:
                 err = reference.relative_error(y, ref)
                 assert err < 1e-2, (m, n, k, config.name, err)
                 calls.append(lambda config=config, y=y: cs.matmul(sw, x, out=y, config=config))
-            times = [[], []]
-            for _ in range(rounds):
-                for i, call in enumerate(calls):
-                    times[i].append(reference.kernel_median_ms(call, 20, 7) * 1e3)
-            med = [sorted(t)[len(t) // 2] for t in times]
+            med = alternated(calls, rounds)
             print(f"{m:>6}x{n:>2}x{k:<6} {med[0]:9.2f} {med[1]:9.2f}  {med[0] / med[1]:.3f}x  {pick.name}", flush=True)
     return 0
 
@@ -127,11 +132,7 @@ def n1_store(rounds: int = 5) -> int:
             assert err < 1e-2, (m, k, config.name, err)
             calls.append(lambda config=config, y=y: cs.matmul(sw, x, out=y, config=config))
             names.append(info["config"])
-        times = [[], []]
-        for _ in range(rounds):
-            for i, call in enumerate(calls):
-                times[i].append(reference.kernel_median_ms(call, 20, 7) * 1e3)
-        med = [sorted(t)[len(t) // 2] for t in times]
+        med = alternated(calls, rounds)
         print(f"{m:>6}x 1x{k:<6} {med[0]:9.2f} {med[1]:9.2f}  {med[0] / med[1]:.3f}x  {names[1]}", flush=True)
     return 0
 
