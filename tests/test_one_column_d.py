@@ -66,3 +66,17 @@ def test_one_token_has_a_range_of_its_own():
     two = Problem.contiguous("sm90", 4096, 2, 4096, layout_b="col")
     assert selection.n_range(1) == selection.n_range(2)
     assert plans.range_key(one, None, None) != plans.range_key(two, None, None)
+
+
+def test_the_eager_path_allocates_a_plain_column():
+    """A torch call's D (eager.Entry) is allocated in rows of the plan's out_pitch: a plain
+    [M, 1] for one token, not rows of the column-major D's leading dimension (M)."""
+    from cutlass_sparse.api import eager
+
+    problem = Problem.contiguous("sm90", 4096, 1, 4096, layout_b="col")
+    plan = planned(problem)
+    assert plan.ldd == 4096 and plan.out_pitch == 1
+    assert eager.Entry(plan, problem)._spec(0) == ((4096, 1), None, None)
+    # a row-major D of N = 7 still rows of its padded pitch, seen as [M, 7]
+    odd = planned(Problem.contiguous("sm90", 4096, 7, 4096))
+    assert eager.Entry(odd, odd.problem)._spec(0) == ((4096, 8), None, ((4096, 7), (8, 1)))
