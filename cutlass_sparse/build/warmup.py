@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from .. import host
 from ..describe import catalog, dtypes
 from ..describe.description import CompressorConfig, LineCopyConfig, ReductionConfig, SparseGemmConfig
+from ..describe.problem import allocated_d_layout
 from . import kernels
 from .cache import default_cache
 
@@ -85,7 +86,7 @@ def _column_d(config) -> tuple:
     """A decode tile's kernel for a single-column D, which the library allocates column-major
     (Problem.layout_d; cs.linear writes decode steps' D so too): no C, 16-bit D, tiles up to
     64 wide (the ones default selection picks at one token)."""
-    if config.threadblock[1] > 64 or config.element_out not in ("f16", "bf16"):
+    if config.threadblock[1] > 64 or allocated_d_layout("sm90", 1, config.element_out) != "col":
         return ()
     return (dataclasses.replace(config, reads_c=False, layout_c="col"),)
 
