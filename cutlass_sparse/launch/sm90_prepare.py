@@ -28,17 +28,19 @@ class Prepared:
 # strides, swizzle and type come from the kernel's static layouts (make_tma_copy_desc);
 # only address, sizes and strides vary, and the setup entry replaces those on the device.
 _templates: dict[tuple[str, int], object] = {}
-# Per (kernel, device, sizes, leading dimensions, scheduling, swizzle): grid and workspace.
+# Per (kernel, device, sizes, leading dimensions, scheduling, swizzle, raster order): grid
+# and workspace.
 _prepared: dict[tuple, Prepared] = {}
 _prepared_lock = threading.Lock()
 
 
 def prepared(plan, pointers) -> Prepared:
     """The plan's problem shape's Prepared (kept per kernel, device, sizes, leading
-    dimensions, scheduling and swizzle). pointers: stand-ins a setup may run with."""
+    dimensions, scheduling, swizzle and raster order). pointers: stand-ins a setup may run with."""
     p = plan.problem
+    # swizzle and raster order: the grid (a grid of the other order hung the kernel)
     shape_key = (plan.compiled.key, p.device_id, p.m, plan.n_k, p.k, plan.kernel_problem.x.ld, plan.ldc, plan.ldd,
-                 plan.scheduling, plan.swizzle)   # swizzle: the grid
+                 plan.scheduling, plan.swizzle, plan.raster)
     prepared = _prepared.get(shape_key)
     if prepared is None:
         with _prepared_lock:
