@@ -23,7 +23,7 @@ from cutlass_sparse.build import cache_ship, compiler, kernels, warmup
 from cutlass_sparse.build.cache import KernelCache
 from cutlass_sparse.cli import main as cli_main
 from cutlass_sparse.describe import catalog, selection
-from cutlass_sparse.describe.problem import Problem
+from cutlass_sparse.describe.problem import Problem, x_layout
 from cutlass_sparse.plan import plans, present, presets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,14 +119,18 @@ def test_preset_lists_what_default_selection_picks():
     names = {c.name for c, _ in items}
     assert {a for _, a in items} == {"sm_80", "sm_90a"}
     assert not any("compressor" in c.family for c, _ in items)   # cs.compress encodes in Python
+    # no kernel for a call that cannot happen: x [K, 1] is always read as a column
+    for arch in ("sm_80", "sm_90a"):
+        assert not any(p.n == 1 and p.layout_b == "row" for p in presets.problems("llm-5120", arch, 132, n_max=64))
     for n in (1, 7, 16, 100, 4096, 8192):        # any N, not only the representatives
         for dtype in presets.DTYPES:
             for m, k in presets.projections(5120):
                 for family, arch, gpu, sm_count in (("sm80", "sm_80", "sm_80", 108), ("sm90", "sm_90a", "sm_90", 132)):
-                    problem = Problem.contiguous(family, m, n, k, element=dtype, layout_b="col", arch=gpu,
-                                                 sm_count=sm_count)
-                    config, asked_arch = kernels.first_asked(lambda: plans.make(problem))
-                    assert config.name in names and kernels.normalize_arch(asked_arch) == arch
+                    for layout in ("col", "row"):   # cs.matmul's x either way; [K, 1] reads as a column
+                        problem = Problem.contiguous(family, m, n, k, element=dtype, layout_b=x_layout(layout, k, n),
+                                                     arch=gpu, sm_count=sm_count)
+                        config, asked_arch = kernels.first_asked(lambda: plans.make(problem))
+                        assert config.name in names and kernels.normalize_arch(asked_arch) == arch
                     if family == "sm90":   # cs.linear: D column-major where a row-major one would be staged
                         out = selection.linear_out_layout(n, 2)
                         linear = Problem.contiguous(family, m, n, k, element=dtype, layout_b="col", arch=gpu,

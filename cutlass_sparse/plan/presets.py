@@ -12,7 +12,7 @@ import math
 from ..build import kernels
 from ..describe import catalog, dtypes, selection
 from ..describe.description import LineCopyConfig
-from ..describe.problem import Problem
+from ..describe.problem import Problem, x_layout
 from . import plans
 
 # (model, fused QKV rows, MLP intermediate size) per hidden size: dense LLMs whose
@@ -61,10 +61,12 @@ def problems(name: str, arch: str, sm_count: int, n_max: int = N_MAX) -> list[Pr
     """The preset's problems: each projection without a bias and, for the sm90 family (whose
     calls without C run kernels without C), with one (folded into C, as cs.linear does)."""
     family, gpu = family_of(arch)
-    plain = [Problem.contiguous(family, m, n, k, element=dtype, layout_b=layout, arch=gpu, sm_count=sm_count,
-                                out_layout=_out_layout(family, layout, n, dtype))
-             for hidden in PRESETS[name] for m, k in projections(hidden)
-             for dtype in DTYPES for layout in LAYOUTS for n in token_counts(n_max)]
+    # x [K, 1] reads as column-major whichever way it was made (x_layout): one problem
+    plain = list(dict.fromkeys(
+        Problem.contiguous(family, m, n, k, element=dtype, layout_b=x_layout(layout, k, n), arch=gpu,
+                           sm_count=sm_count, out_layout=_out_layout(family, x_layout(layout, k, n), n, dtype))
+        for hidden in PRESETS[name] for m, k in projections(hidden)
+        for dtype in DTYPES for layout in LAYOUTS for n in token_counts(n_max)))
     if family != "sm90":   # sm80 kernels always have C: a bias runs the same one
         return plain
     return plain + [p.with_bias() for p in plain]
