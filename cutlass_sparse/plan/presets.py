@@ -62,11 +62,10 @@ def problems(name: str, arch: str, sm_count: int, n_max: int = N_MAX) -> list[Pr
     calls without C run kernels without C), with one (folded into C, as cs.linear does)."""
     family, gpu = family_of(arch)
     # x [K, 1] reads as column-major whichever way it was made (x_layout): one problem
-    plain = list(dict.fromkeys(
-        Problem.contiguous(family, m, n, k, element=dtype, layout_b=x_layout(layout, k, n), arch=gpu,
-                           sm_count=sm_count, out_layout=_out_layout(family, x_layout(layout, k, n), n, dtype))
-        for hidden in PRESETS[name] for m, k in projections(hidden)
-        for dtype in DTYPES for layout in LAYOUTS for n in token_counts(n_max)))
+    plain = [Problem.contiguous(family, m, n, k, element=dtype, layout_b=layout, arch=gpu, sm_count=sm_count,
+                                out_layout=_out_layout(family, layout, n, dtype))
+             for hidden in PRESETS[name] for m, k in projections(hidden) for dtype in DTYPES
+             for n in token_counts(n_max) for layout in dict.fromkeys(x_layout(made, k, n) for made in LAYOUTS)]
     if family != "sm90":   # sm80 kernels always have C: a bias runs the same one
         return plain
     return plain + [p.with_bias() for p in plain]
@@ -75,7 +74,7 @@ def problems(name: str, arch: str, sm_count: int, n_max: int = N_MAX) -> list[Pr
 def _out_layout(family: str, layout: str, n: int, dtype: str) -> str | None:
     """D as the call writes it: cs.linear (x column-major) has the sm90 family write D
     column-major at token counts a row-major D would stage (selection.linear_out_layout);
-    None: D the library allocates, row-major."""
+    None: D the library allocates (Problem.layout_d)."""
     if family != "sm90" or layout != "col":
         return None
     out = selection.linear_out_layout(n, dtypes.numpy_dtype(dtype).itemsize)
