@@ -195,11 +195,13 @@ def test_sm90_int8_kernels_accumulate_in_int32():
     assert "s32" in dtypes.outputs_for("s8", "sm90") and "bf16" not in dtypes.outputs_for("s8", "sm80")
 
 
-def test_16_wide_tiles_only_where_one_covers_n():
-    # 64x16 tiles were timed at decode (N <= 16) only; N of 17 and up keeps the 32- and
-    # 64-wide tiles the sweeps chose, whatever M.
+def test_narrow_tiles_only_where_one_covers_n():
+    # 64x8 tiles for N <= 8 (their own range), 64x16 for N of 9 to 16 (timed at decode
+    # only); N of 17 and up keeps the 32- and 64-wide tiles the sweeps chose, whatever M.
     for m in (64, 1000, 4096, 8192, 28672):
-        for n in (1, 8, 16):
+        for n in (1, 4, 8):
+            assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] == 8, (m, n)
+        for n in (9, 16):
             assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] == 16, (m, n)
         for n in (17, 32, 64, 128):
             assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] >= 32, (m, n)

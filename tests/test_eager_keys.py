@@ -54,8 +54,9 @@ def test_class_groups_n_by_range_and_alignment(x):
     klass = lambda n: eager_keys.class_key(fast_key(x(n), out_row(n)))   # noqa: E731
     assert klass(17) == klass(23) != klass(24)      # both unaligned in (16, 32]; 24 is aligned
     assert klass(24) == klass(32) != klass(40)      # (32, 64] is another range
-    assert klass(2) == klass(15) != klass(1)        # N = 1 reads as a column: its own class
-    assert klass(8) == klass(16)
+    assert klass(2) == klass(7) != klass(1)         # N = 1 reads as a column: its own class
+    assert klass(9) == klass(15) != klass(7)        # (8, 16] is another range (8-wide tiles up to 8)
+    assert klass(8) != klass(16) and klass(4) != klass(8)   # 8 is aligned, 4 is not
 
 
 def test_no_class_for_padded_strided_or_biased_calls():
@@ -107,7 +108,7 @@ def test_one_kernel_per_range_and_never_across_what_changes_it():
         return plans.range_key(problem, None, None)
 
     assert key(17) == key(32) != key(33)
-    assert key(2) == key(16) and key(1, out_layout="row") == key(16, out_layout="row")
+    assert key(2) == key(8) != key(9) == key(16) and key(1, out_layout="row") == key(8, out_layout="row")
     assert key(1) != key(2)     # one column: D the library allocates is column-major (Problem.layout_d)
     assert key(64, out_layout="row") == key(64)     # D the library allocates is row-major too
     for change in (dict(m=M * 2), dict(k=K * 2), dict(element="bf16", element_out="bf16"),
@@ -117,7 +118,7 @@ def test_one_kernel_per_range_and_never_across_what_changes_it():
 
 def test_selection_is_constant_over_each_range():
     for m, k in ((4096, 4096), (11008, 4096), (4096, 14336), (1000, 512)):
-        for low, high in ((1, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 512), (2049, 4096)):
+        for low, high in ((1, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 512), (2049, 4096)):
             choices = {selection.choose_sm90(m, n, k, 132) for n in range(low, high + 1, 7)}
             assert choices == {selection.choose_sm90(m, high, k, 132)}
 

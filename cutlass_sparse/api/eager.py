@@ -215,8 +215,7 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
         return   # in a capture: pinned memory, a side stream and allocations it may forbid; a later call builds
     _ahead.add(klass)
     n = problem.n
-    top = selection.n_range(n)
-    others = [v for v in range(1 if top == 16 else top // 2 + 1, top + 1)
+    others = [v for v in range(selection.n_range_start(n), selection.n_range(n) + 1)
               if v != n and (v % 8 == 0) == (n % 8 == 0) and (v == 1) == (n == 1)]
     problems = [_with_n(problem, v) for v in others[:AHEAD]]
     built = plan.build_ahead(problems)

@@ -118,12 +118,12 @@ class Family:
 
 def _n_bounds(tile: dict, path) -> tuple[int, float]:
     """A tile's (min_n, max_n). Selection asks with the end of N's range (selection.n_range:
-    N up to 16, then (16, 32], (32, 64], ...), so min_n must start a range: 1, or one more
-    than a power of two from 16 up."""
+    N up to 8, then (8, 16], (16, 32], ...), so min_n must start a range: 1, or one more
+    than a power of two from 8 up."""
     least, most = tile.get("min_n", 1), tile.get("max_n", float("inf"))
-    if least != 1 and not (least - 1 >= 16 and (least - 1) & (least - 2) == 0):
+    if least != 1 and not (least - 1 >= 8 and (least - 1) & (least - 2) == 0):
         raise ValueError(f"{path}: tile {tile['threadblock']} min_n = {least}: 1, or one more than a power "
-                         f"of two from 16 up (17, 33, 65, ...: where a range of N starts)")
+                         f"of two from 8 up (9, 17, 33, ...: where a range of N starts)")
     return least, most
 
 

@@ -61,12 +61,22 @@ def sm90_tile_cost(threadblock, cluster, splits: int, m: int, n: int, k: int, sm
     return waves * (work * cdiv(cdiv(k, tk), splits) * tk + reduce)
 
 
+# The first range of N: N up to 8 (decode; its own 8-wide tiles, operations/sm90.toml).
+FIRST_N_RANGE = 8
+
+
 def n_range(n: int) -> int:
-    """The range of N a kernel is chosen for: N up to 16 together, then each power-of-two
-    interval (16, 32], (32, 64], ... named by its upper end. Every N of a range runs the
+    """The range of N a kernel is chosen for: N up to 8 together, then each power-of-two
+    interval (8, 16], (16, 32], ... named by its upper end. Every N of a range runs the
     kernel chosen for that end, so a serving loop whose token count changes at every step
     finds a chosen, compiled kernel after one call per range."""
-    return max(16, 1 << (n - 1).bit_length())
+    return max(FIRST_N_RANGE, 1 << (n - 1).bit_length())
+
+
+def n_range_start(n: int) -> int:
+    """The least N of N's range (selection.n_range)."""
+    top = n_range(n)
+    return 1 if top == FIRST_N_RANGE else top // 2 + 1
 
 
 def choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None = None, element: str = "f16",

@@ -5,8 +5,11 @@ packages round by round: the decode loop of 32 MLP blocks at 1 and 16 tokens, an
 cs.matmul at N = 7 and 8 (a staged odd N against a direct even one); then a profile of
 the new package's slowest row. --rows n1: cs.matmul at one token on the LLM projections
 (torch eager, and kernel-only as scripts/bench.py times it: CuPy, out= the first result).
+--rows n8: decode at N = 1, 4 and 8 in f16 and bf16, x either way, and cs.linear's step
+(the 8-wide decode tile); --compile first, on the CPU machine, to carry their kernels.
 
-    python scripts/device/ab_device.py --old ab_old --rounds 5 [--rows n1]
+    python scripts/device/ab_device.py --old ab_old --rounds 5 [--rows n1|n8]
+    python scripts/device/ab_device.py --old ab_old --rows n8 --compile
 """
 from __future__ import annotations
 
@@ -55,8 +58,6 @@ def n1_rows_of(cs, torch) -> dict:
     kernel-only (reference.kernel_median_ms, the bench's method: out= the first result)."""
     import cupy
 
-    from cutlass_sparse import reference
-
     rows = {}
     for m, k in N1_SHAPES:
         w = cs.prune_2to4(torch.randn(m, k, device="cuda").half() * k ** -0.5)
@@ -72,18 +73,76 @@ def n1_rows_of(cs, torch) -> dict:
     return rows
 
 
+DTYPES = ("f16", "bf16")
+# (N, x layout) of the decode rows: a row-major x as cs.matmul takes it, a column-major one as
+# cs.linear reads its tokens; [K, 1] reads as a column either way
+N8_CASES = ((1, "col"), (4, "row"), (4, "col"), (8, "row"), (8, "col"))
+
+
+def n8_rows_of(cs, torch) -> dict:
+    """cs.matmul at N = 1, 4 and 8, f16 and bf16, x row- and column-major, kernel-only (the
+    bench's method), and cs.linear's eager decode step at 1 and 8 tokens (torch, device
+    time, host included); every result checked against the dense one. Kernel rows pass
+    torch tensors: reference.kernel_median_ms times them on the same (default) stream."""
+    rows = {}
+    for m, k in N1_SHAPES:
+        for dtype in DTYPES:
+            torch_dtype = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[dtype])
+            w = cs.prune_2to4((torch.randn(m, k, device="cuda") * k ** -0.5).to(torch_dtype))
+            sw = cs.compress(w)
+            for n, layout in N8_CASES:
+                x = torch.randn(k, n, device="cuda").to(torch_dtype)
+                if layout == "col":
+                    x = x.T.contiguous().T
+                y = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype)
+                cs.matmul(sw, x, out=y)
+                assert relative_error(y, w.float() @ x.float()) < 2e-2, (m, n, k, dtype, layout)
+                rows[f"kernel {dtype} {m}x{n}x{k} x {layout}"] = (
+                    (lambda sw=sw, x=x, y=y: cs.matmul(sw, x, out=y)), 20, "kernel")
+            for tokens in (1, 8):
+                x = torch.randn(tokens, k, device="cuda").to(torch_dtype)
+                assert relative_error(cs.linear(x, sw), x.float() @ w.float().T) < 2e-2
+                rows[f"linear {dtype} {m}x{tokens}x{k}"] = ((lambda sw=sw, x=x: cs.linear(x, sw)), 20, "eager")
+    return rows
+
+
+def n8_kernels(cs) -> list:
+    """(configuration, arch) of every kernel n8_rows_of runs with package cs (no GPU: what
+    to compile and carry)."""
+    from importlib import import_module
+
+    selection = import_module(cs.__name__ + ".describe.selection")
+    found = []
+    for m, k in N1_SHAPES:
+        for dtype in DTYPES:
+            cases = N8_CASES + ((1, "col"), (8, "col"))   # the linear rows read x [tokens, K] as column-major
+            for n, layout in cases:
+                config = selection.config_for_shape(m, n, k, dtype, dtype, layout, 132, "sm90")
+                found.append((config.as_compiled(), "sm_90a"))
+    return list(dict.fromkeys(found))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", required=True)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--rows", choices=("mlp", "n1"), default="mlp")
+    parser.add_argument("--rows", choices=("mlp", "n1", "n8"), default="mlp")
+    parser.add_argument("--compile", action="store_true",
+                        help="--rows n8: compile both packages' kernels into the cache (no GPU) and stop")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     sys.path.insert(0, str(Path(args.old).resolve()))
+    packages = {"old": importlib.import_module("cutlass_sparse_old"), "new": importlib.import_module("cutlass_sparse")}
+    if args.compile:
+        for name, cs in packages.items():
+            warmup = importlib.import_module(cs.__name__ + ".build.warmup")
+            for kernel, arch, status, seconds in warmup.compile_all(
+                    [c for c, _ in n8_kernels(cs)], "sm_90a"):
+                print(f"{name} {status:10s} {seconds:6.1f} s  {kernel}", flush=True)
+        return 0
     import torch
 
-    packages = {"old": importlib.import_module("cutlass_sparse_old"), "new": importlib.import_module("cutlass_sparse")}
-    make = n1_rows_of if args.rows == "n1" else (lambda cs, torch: {
+    make = {"n1": n1_rows_of, "n8": n8_rows_of}.get(args.rows) or (lambda cs, torch: {
         name: (*row, "eager") for name, row in rows_of(cs, torch).items()})
     rows = {name: make(cs, torch) for name, cs in packages.items()}
     times = {(name, row): [] for name in rows for row in rows[name]}

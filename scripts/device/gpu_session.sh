@@ -4,6 +4,7 @@
 # `python -m tests.gpu_cases --family session`) into a private directory, compile whatever
 # is still missing, then run what the environment asks for:
 #   SWEEP="scripts"   sweep or experiment scripts, in order (scripts/device/*.py)
+#   RUNS="cmd; cmd"   commands with their own arguments, in order, after the sweeps ($OUT/runs.log)
 #   SKIP_TESTS=1      no GPU tests (else the gpu-marked tests under $TESTS, default tests/,
 #                     files spread over 4 workers)
 #   BENCH="args"      scripts/bench.py with these arguments (" " for the defaults)
@@ -33,6 +34,13 @@ fi
 for script in $SWEEP; do
   timeout ${SWEEP_TIMEOUT:-300} python3 $script $SWEEP_ARGS >> $OUT/sweep.log 2>&1; echo "$script rc=$? $(( $(date +%s) - t0 ))s"
 done; [ -n "$SWEEP" ] && cat $OUT/sweep.log
+if [ -n "$RUNS" ]; then
+  IFS=';' read -ra commands <<< "$RUNS"
+  for command in "${commands[@]}"; do
+    echo "== $command" >> $OUT/runs.log
+    timeout ${RUN_TIMEOUT:-300} bash -c "$command" >> $OUT/runs.log 2>&1; echo "$command rc=$? $(( $(date +%s) - t0 ))s"
+  done; cat $OUT/runs.log
+fi
 [ -n "$BENCH" ] && { timeout ${BENCH_TIMEOUT:-260} python3 scripts/bench.py --json $OUT/bench.json --png $OUT/bench.png $BENCH > $OUT/bench.log 2>&1; cat $OUT/bench.log; }
 [ -n "$EAGER" ] && echo "GPU processes before bench_eager: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
 [ -n "$EAGER" ] && { timeout ${EAGER_TIMEOUT:-300} python3 scripts/bench_eager.py --json $OUT/bench_eager.json $EAGER > $OUT/bench_eager.log 2>&1; echo "bench_eager rc=$?"; cat $OUT/bench_eager.log; }
