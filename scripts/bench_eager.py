@@ -155,11 +155,13 @@ def odd_rows(torch, cs):
 
 
 def new_n_row(torch, cs):
+    from cutlass_sparse.describe.selection import n_range
+
     w = cs.prune_2to4(torch.randn(4096, 4096, device="cuda").half() * 0.02)
     sw = cs.compress(w)
     xs = {n: torch.randn(n, 4096, device="cuda").half() for n in NEW_N}
     # warm-up: one pass over the N ranges (selection.n_range), an aligned and an unaligned N each
-    warm = sorted({1} | {end - d for end in (16, 32, 64, 128, 256, 512) for d in (0, 1)})
+    warm = sorted({1} | {end - d for end in {n_range(n) for n in NEW_N} for d in (0, 1)})
     for n in warm:
         cs.linear(xs[n], sw)
     # torch's allocator sees each output size once first (as a serving loop's steady state
