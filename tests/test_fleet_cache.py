@@ -94,8 +94,8 @@ def run_cli(*args) -> int:
 # -- item 4: presets and job arrays ---------------------------------------------------------
 
 def test_token_counts_stand_for_every_n():
-    # The preset plans for ~1024 N, not 8192: every kernel selection picks for any N must
-    # be among those it picks for the representatives.
+    # The preset plans for 512 N (sm80) and 44 (sm90), not 8192: every kernel selection
+    # picks for any N must be among those it picks for the representatives.
     def kernels_for(ns, family, arch, sm_count):
         found = set()
         for n in ns:
@@ -109,7 +109,7 @@ def test_token_counts_stand_for_every_n():
 
     for family, arch, sm_count in (("sm80", "sm_80", 108), ("sm90", "sm_90", 132)):
         every = kernels_for(range(1, 385), family, arch, sm_count)
-        assert kernels_for(presets.token_counts(384), family, arch, sm_count) == every
+        assert kernels_for(presets.token_counts(384, family), family, arch, sm_count) == every
         assert len(every) > 4      # several tiles and alignments: the claim is not vacuous
 
 

@@ -41,14 +41,23 @@ def projections(hidden: int) -> list[tuple[int, int]]:
     return list(dict.fromkeys(shapes))
 
 
-def token_counts(n_max: int = N_MAX) -> list[int]:
-    """N values standing for every N in 1..n_max. Default selection sees N only through the
-    tiles along N (ceil(N / tile N); every catalog tile's N is a multiple of `step`) and N's
-    alignment (1, 2, 4 or 8 elements): one N of each alignment in each step-wide interval
-    covers them all (tests check it against every N on a smaller range)."""
-    step = math.gcd(*(tile[0][1] for name in ("sm80", "sm90") for tile in catalog.load(name).tiles))
-    assert step % 8 == 0, step      # else an interval's top would not stand for 8-aligned N
-    return sorted({base + r for base in range(0, n_max, step) for r in (1, 2, 4, step) if base + r <= n_max})
+def token_counts(n_max: int = N_MAX, family: str = "sm80") -> list[int]:
+    """N values standing for every N in 1..n_max for a family's default selection: one N of
+    each alignment (1, 2, 4 or 8 elements) in each interval of N that selection tells apart.
+    The sm90 family's are N's selection ranges (selection.n_range: it chooses a kernel for
+    a range's end, and the rest follows from alignment and N = 1); the sm80 family sees N
+    through the tiles along N (ceil(N / tile N)), so its intervals are `step` wide, every
+    catalog tile's N a multiple of it. Tests check both against every N on a smaller range."""
+    if family == "sm90":
+        starts, low = [], 0
+        while low < n_max:
+            starts.append(low)
+            low = selection.n_range(low + 1)
+    else:
+        step = math.gcd(*(tile[0][1] for tile in catalog.load(family).tiles))
+        assert step % 8 == 0, step      # else low + 8 would not stand for 8-aligned N
+        starts = range(0, n_max, step)
+    return sorted({low + r for low in starts for r in (1, 2, 4, 8) if low + r <= n_max})
 
 
 def family_of(arch: str) -> tuple[str, str]:
@@ -65,7 +74,7 @@ def problems(name: str, arch: str, sm_count: int, n_max: int = N_MAX) -> list[Pr
     plain = [Problem.contiguous(family, m, n, k, element=dtype, layout_b=layout, arch=gpu, sm_count=sm_count,
                                 out_layout=_out_layout(family, layout, n, dtype))
              for hidden in PRESETS[name] for m, k in projections(hidden) for dtype in DTYPES
-             for n in token_counts(n_max) for layout in dict.fromkeys(x_layout(made, k, n) for made in LAYOUTS)]
+             for n in token_counts(n_max, family) for layout in dict.fromkeys(x_layout(made, k, n) for made in LAYOUTS)]
     if family != "sm90":   # sm80 kernels always have C: a bias runs the same one
         return plain
     return plain + [p.with_bias() for p in plain]
