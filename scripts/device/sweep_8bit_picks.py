@@ -90,9 +90,22 @@ ROUND12_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (28672, 4096, 8192), (
 # `--round 13`: the same at decode rows (each decode tile the library picks)
 ROUND13_SHAPES = [(4096, 16, 4096), (4096, 8, 14336), (14336, 16, 4096), (6144, 1, 4096), (8192, 16, 28672),
                   (28672, 8, 8192), (4096, 64, 14336), (28672, 64, 8192)]
+# `--round 14` (e4m3, s8): the library's decode pick (64x16x512) against the same kernel
+# 8 wide, as the 16-bit types run N <= 8 since session 26 (x column-major in the 8-bit calls)
+ROUND14_SHAPES = [(4096, 8, 14336), (14336, 8, 4096), (6144, 8, 4096), (8192, 8, 28672), (28672, 8, 8192),
+                  (4096, 4, 14336), (8192, 4, 28672), (4096, 1, 14336), (6144, 1, 4096), (8192, 1, 28672)]
 # Rounds that time the library's pick without and with one field set, A B A B: (field, shapes)
 AB_ROUNDS = {9: ("mma_in_flight", ROUND9_SHAPES), 10: ("mma_in_flight", ROUND10_SHAPES),
-             12: ("direct_store", ROUND12_SHAPES), 13: ("direct_store", ROUND13_SHAPES)}
+             12: ("direct_store", ROUND12_SHAPES), 13: ("direct_store", ROUND13_SHAPES),
+             14: ("narrow", ROUND14_SHAPES)}
+
+
+def ab_variant(config, field: str, on: bool):
+    """An A/B round's kernel: the pick with its field off or on ("narrow": the tile 8 wide)."""
+    if field == "narrow":
+        tm, _, tk = config.threadblock
+        return dataclasses.replace(config, threadblock=(tm, 8, tk)) if on else config
+    return dataclasses.replace(config, **{field: on})
 
 
 def library_pick(dtype, m, n, k):
@@ -114,7 +127,7 @@ def library_pick(dtype, m, n, k):
 def configs(dtype, round_=1):
     if round_ in AB_ROUNDS:   # each pick without and with the field (the catalog may set either)
         field, shapes = AB_ROUNDS[round_]
-        return list(dict.fromkeys(dataclasses.replace(library_pick(dtype, *s), **{field: on}).as_compiled()
+        return list(dict.fromkeys(ab_variant(library_pick(dtype, *s), field, on).as_compiled()
                                   for s in shapes for on in (False, True)))
     family = catalog.load(catalog.for_element("sm90", dtype))
     out, alignment_c, scales, layout = OUT[dtype]
@@ -190,7 +203,7 @@ def sweep(dtype, shapes, rng, round_=1):
             swept = [dataclasses.replace(chosen, swizzle=z) for z in (1, 2, 4, 8)]
         elif round_ in AB_ROUNDS:   # the library's own kernel without, then with the field
             chosen, field = plans.get(problem).config, AB_ROUNDS[round_][0]
-            swept = [dataclasses.replace(chosen, **{field: on}) for on in (False, True)] * 2   # A B A B
+            swept = [ab_variant(chosen, field, on) for on in (False, True)] * 2   # A B A B
         else:             # each candidate at the swizzle the rule gives its tile
             default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
             swept = [dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
@@ -226,13 +239,13 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13],
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14],
                         help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
                              "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES; "
                              "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES; "
                              "9, 10: the library's pick, drained and in flight, at ROUND9_SHAPES, ROUND10_SHAPES; "
                              "12, 13: the library's pick with the TMA epilogue and the direct store at ROUND12_SHAPES, "
-                             "ROUND13_SHAPES")
+                             "ROUND13_SHAPES; 14: the 8-bit decode pick and the same 8 wide at ROUND14_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
