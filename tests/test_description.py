@@ -198,13 +198,11 @@ def test_sm90_int8_kernels_accumulate_in_int32():
 def test_narrow_tiles_only_where_one_covers_n():
     # 64x8 tiles for N <= 8 (their own range), 64x16 for N of 9 to 16 (timed at decode
     # only); N of 17 and up keeps the 32- and 64-wide tiles the sweeps chose, whatever M.
-    for m in (64, 1000, 4096, 8192, 28672):
-        for n in (1, 4, 8):
-            assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] == 8, (m, n)
-        for n in (9, 16):
-            assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] == 16, (m, n)
-        for n in (17, 32, 64, 128):
-            assert selection.choose_sm90(m, n, 4096, 132)[0][0][1] >= 32, (m, n)
+    for element in ("f16", "bf16", "e4m3", "s8"):   # the 8-bit catalogs have them too (64x8x512)
+        for m in (64, 1000, 4096, 8192, 28672):
+            width = lambda n: selection.choose_sm90(m, n, 4096, 132, element=element)[0][0][1]  # noqa: E731
+            assert [width(n) for n in (1, 4, 8, 9, 16)] == [8, 8, 8, 16, 16], (element, m)
+            assert all(width(n) >= 32 for n in (17, 32, 64, 128)), (element, m)
 
 
 def test_a_single_column_x_reads_as_column_major():
