@@ -53,3 +53,36 @@ def test_an_sm90_compile_says_what_it_will_take(tmp_path, caplog, monkeypatch):
     lines = [r.getMessage() for r in caplog.records if r.name == "cutlass_sparse"]
     assert "(about 1-2 minutes and about 5 GB of memory;" in lines[0]
     assert "(about 30-60 seconds and about 3.5 GB of memory;" in lines[1] and decode.stores_directly
+
+
+# What ptxas wrote for the 256x192x64 tile in flight (session 27), between two ordinary lines.
+SERIALIZED_LOG = """ptxas info    : Disabling default position-independent-code(pic) compilation mode as program requires more resources than allowed.
+ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient register resources for the function 'k_256x192'
+ptxas info    : 32977 bytes gmem"""
+
+
+def test_performance_notes_read_from_the_log():
+    from cutlass_sparse.build import compiler
+    assert compiler.performance_notes(SERIALIZED_LOG) == (
+        "C7512: wgmma.mma_async instructions are serialized due to insufficient register resources",)
+    assert compiler.performance_notes(SERIALIZED_LOG.replace("(C7512) Potential Performance Loss", "note")) == ()
+
+
+def test_a_compile_with_a_performance_note_warns_and_keeps_it(tmp_path, config, caplog, monkeypatch):
+    from cutlass_sparse.build import compiler
+    real = compiler.compile_to_cubin
+
+    def noted(*args, **kwargs):   # the real compile, its log given the note ptxas writes
+        compiled = real(*args, **kwargs)
+        return compiler.Compiled(compiled.cubin, compiled.log + "\n" + SERIALIZED_LOG, compiled.seconds)
+
+    monkeypatch.setattr(compiler, "compile_to_cubin", noted)
+    cache = KernelCache(tmp_path / "cs.db")
+    with caplog.at_level(logging.INFO, logger="cutlass_sparse"):
+        kernels.get(config, "sm_80", cache)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [f"{config.name} for sm_80: ptxas C7512: wgmma.mma_async instructions are serialized "
+                      "due to insufficient register resources"]
+    entry = cache.get(kernels.key_for(config, "sm_80"))
+    assert entry.meta["ptxas_notes"] == ["C7512: wgmma.mma_async instructions are serialized due to "
+                                         "insufficient register resources"]

@@ -55,6 +55,22 @@ class Compiled:
     log: str
     seconds: float
 
+    @property
+    def performance_notes(self) -> tuple[str, ...]:
+        return performance_notes(self.log)
+
+
+# ptxas's "Potential Performance Loss" notes (C75xx), e.g. wgmma serialized for want of
+# registers: the kernel is correct but can run far below its tile's speed (session 27: a
+# 256x192 tile ran 8-35% slower for it), so a compile that draws one says so.
+_PERFORMANCE_NOTE = re.compile(r"\((C75\d\d)\)\s*Potential Performance Loss:\s*(.*?)(?: for the function '[^']*')?\s*$")
+
+
+def performance_notes(log: str) -> tuple[str, ...]:
+    """ptxas's performance warnings in an NVRTC log, one line each: "C7512: wgmma... serialized ..."."""
+    return tuple(f"{code}: {text.strip()}" for code, text in
+                 (match.groups() for match in map(_PERFORMANCE_NOTE.search, log.splitlines()) if match))
+
 
 def compile_to_cubin(source: str, name: str, options: list[str],
                      headers: tuple[tuple[str, str], ...] = ()) -> Compiled:

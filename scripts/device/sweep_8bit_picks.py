@@ -94,17 +94,25 @@ ROUND13_SHAPES = [(4096, 16, 4096), (4096, 8, 14336), (14336, 16, 4096), (6144, 
 # 8 wide, as the 16-bit types run N <= 8 since session 26 (x column-major in the 8-bit calls)
 ROUND14_SHAPES = [(4096, 8, 14336), (14336, 8, 4096), (6144, 8, 4096), (8192, 8, 28672), (28672, 8, 8192),
                   (4096, 4, 14336), (8192, 4, 28672), (4096, 1, 14336), (6144, 1, 4096), (8192, 1, 28672)]
+# `--round 15` (f16, bf16): the library's pick at the bench's n >= 512 rows against a 256x192x64
+# tile in the same cluster (two consumer warpgroups of 128x192 each: 9% less shared-memory
+# traffic per flop than 128x256x64, the traffic that bounds both us and cuSPARSELt there)
+ROUND15_SHAPES = [(8192, 8192, 8192), (16384, 16384, 16384), (4096, 4096, 4096), (11008, 4096, 4096),
+                  (4096, 4096, 11008), *((m, n, k) for m, n, k in bench.LLM_SHAPES if n >= 512)]
 # Rounds that time the library's pick without and with one field set, A B A B: (field, shapes)
 AB_ROUNDS = {9: ("mma_in_flight", ROUND9_SHAPES), 10: ("mma_in_flight", ROUND10_SHAPES),
              12: ("direct_store", ROUND12_SHAPES), 13: ("direct_store", ROUND13_SHAPES),
-             14: ("narrow", ROUND14_SHAPES)}
+             14: ("narrow", ROUND14_SHAPES), 15: ("tall", ROUND15_SHAPES)}
 
 
 def ab_variant(config, field: str, on: bool):
-    """An A/B round's kernel: the pick with its field off or on ("narrow": the tile 8 wide)."""
+    """An A/B round's kernel: the pick with its field off or on ("narrow": the tile 8 wide;
+    "tall": a 256x192x64 tile, in flight, in the pick's cluster)."""
     if field == "narrow":
         tm, _, tk = config.threadblock
         return dataclasses.replace(config, threadblock=(tm, 8, tk)) if on else config
+    if field == "tall":
+        return dataclasses.replace(config, threadblock=(256, 192, 64), mma_in_flight=True) if on else config
     return dataclasses.replace(config, **{field: on})
 
 
@@ -239,13 +247,14 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14],
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15],
                         help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
                              "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES; "
                              "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES; "
                              "9, 10: the library's pick, drained and in flight, at ROUND9_SHAPES, ROUND10_SHAPES; "
                              "12, 13: the library's pick with the TMA epilogue and the direct store at ROUND12_SHAPES, "
-                             "ROUND13_SHAPES; 14: the 8-bit decode pick and the same 8 wide at ROUND14_SHAPES")
+                             "ROUND13_SHAPES; 14: the 8-bit decode pick and the same 8 wide at ROUND14_SHAPES; "
+                             "15: the 16-bit pick and a 256x192x64 tile at ROUND15_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
