@@ -78,6 +78,7 @@ def sm90_configs(sm_count: int = 132):
     for dtype in DTYPES:
         yield from sm90_k256_configs(dtype)
         yield from sm90_in_flight_configs(dtype)
+        yield from sm90_large_only_configs(dtype)
 
 
 # (M, N, K) for kernels with wgmma in flight: 1, 2, 3, 6 and 7 k-tiles of 64 (the mainloop
@@ -94,6 +95,19 @@ def sm90_in_flight_configs(dtype: str):
 
     fam = catalog.load("sm90")
     return [fam.config(tile, dtype, dtype, "row", 8, 8, reads_c=False) for tile in fam.in_flight]
+
+
+# (M, N, K) for the tiles kept to the largest problems (catalog min_m, min_k), run by name at
+# small ones: partial tiles along M, N and K, and more tiles than SMs (17 x 11 = 187 tiles)
+LARGE_ONLY_SHAPES = [(300, 200, 320), (4352, 2100, 1088)]
+
+
+def sm90_large_only_configs(dtype: str):
+    """The sm90 catalog's tiles kept to the largest problems (min_m, min_k), without C."""
+    from cutlass_sparse.describe import catalog
+
+    fam = catalog.load("sm90")
+    return [fam.config(tile, dtype, dtype, "row", 8, 8, reads_c=False) for tile in fam.tiles if fam.large_only(tile)]
 
 
 def sm90_k256_configs(dtype: str):

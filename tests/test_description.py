@@ -292,3 +292,27 @@ def test_a_recorded_swizzle_is_capped_by_the_clusters_of_the_shape_it_runs(monke
         made = {n: plans.make(Problem.contiguous("sm90", 8192, n, 4096, sm_count=132), None, choice) for n in order}
         assert {n: plan.swizzle for n, plan in made.items()} == {2048: 8, 1104: 4}, order
     plans.clear()
+
+
+@pytest.mark.parametrize("element", ["f16", "bf16"])
+def test_tall_tile_only_for_the_largest_problems(element):
+    """256x192x64 (drained) ran 5-66% faster than 128x256x64 from M 12288, N 8193 and K
+    24576 up and 6-25% slower below (docs/sweep_tall_drained_round17..19_h100_session27.log):
+    the catalog's min_m, min_n and min_k keep it there, and there it wins the cost rule's
+    ties (12288x12288x32768 costs both tiles the same)."""
+    fam = catalog.load(catalog.for_element("sm90", element))
+    tall = next(t for t in fam.tiles if t[0] == (256, 192, 64))
+    assert fam.large_only(tall) and not fam.large_only(fam.tiles[0])
+    won = [(16384, 16384, 24576), (16384, 16384, 32768), (12288, 12288, 32768), (16384, 9216, 32768),
+           (16384, 10240, 24576), (12288, 8448, 24576), (12288, 8193, 24576)]
+    lost = [(8192, 8192, 8192), (16384, 8192, 32768), (16384, 16384, 16384), (8192, 16384, 32768),
+            (28672, 8192, 8192), (32768, 8192, 8192), (16384, 16384, 8192), (4096, 16384, 32768)]
+    for m, n, k in won:
+        assert selection.choose_sm90(m, n, k, 132, None, element)[0] == tall, (m, n, k)
+    for m, n, k in lost:
+        assert selection.choose_sm90(m, n, k, 132, None, element)[0] != tall, (m, n, k)
+    assert fam.takes(tall, 12288, 16384, 24576) and not fam.takes(tall, 12287, 16384, 24576)
+    assert not fam.takes(tall, 12288, 8192, 24576) and not fam.takes(tall, 12288, 16384, 24575)
+    # no 8-bit catalog has such a tile: their picks stay
+    assert not any(catalog.load(name).large_only(t) for name in ("sm90_fp8", "sm90_s8")
+                   for t in catalog.load(name).tiles)

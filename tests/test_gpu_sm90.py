@@ -117,6 +117,21 @@ def test_kernels_with_wgmma_in_flight_match_dense(dtype):
 
 
 @pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
+def test_tiles_for_the_largest_problems_match_dense_at_any_size(dtype):
+    # selection takes 256x192x64 only from M 12288, N 8193 and K 24576 (operations/sm90.toml);
+    # a caller's config may name it at any size
+    configs = gpu_cases.sm90_large_only_configs(dtype)
+    assert [c.threadblock for c in configs] == [(256, 192, 64)]
+    for m, n, k in gpu_cases.LARGE_ONLY_SHAPES:
+        w, sw, x = operands(m, n, k, dtype, "row", seed=m + n + k)
+        for config in configs:
+            info = {}
+            y = cs.matmul(sw, x, out=poisoned((m, n), dtypes.numpy_dtype(dtype)), config=config, info=info)
+            assert info["config"] == config.name
+            check(y, w, x, dtype)
+
+
+@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
 @pytest.mark.parametrize("m", [4096, 1001])
 def test_one_token_writes_a_contiguous_column_in_one_launch(m, dtype):
     """N = 1: D [M, 1] is allocated column-major (the same memory), x read in place: one

@@ -155,8 +155,12 @@ def test_cache_command_line(tmp_path):
                               capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert "some_kernel" in cli("ls").stdout
     assert "1 kernels" in cli("stats").stdout
+    assert "0 kernels compiled with ptxas performance notes" in cli("stats").stdout
+    KernelCache(db).put("def", "slow_kernel", "sm_90a", b"bytes", {"ptxas_notes": ["C7512: wgmma serialized"]})
+    assert "1 kernels compiled with ptxas performance notes:\n  sm_90a   slow_kernel: C7512: wgmma serialized" \
+        in cli("stats").stdout
     assert cli("verify").returncode == 0
-    assert "removed 1 entries" in cli("clear").stdout
+    assert "removed 2 entries" in cli("clear").stdout
 
 
 def test_workers_compile_every_kind_of_kernel(tmp_path, monkeypatch):

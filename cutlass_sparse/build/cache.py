@@ -302,6 +302,13 @@ class KernelCache(Maintenance):
         with self._lock:
             return self._query(lambda c: cache_files.column(c, "toolchains", "identity", "created"), [])
 
+    def performance_notes(self) -> list[tuple[str, str, list[str]]]:
+        """(name, arch, notes) of each kernel whose compile drew ptxas performance notes
+        (kernels.py keeps them in the entry's meta)."""
+        with self._lock:
+            rows = self._query(lambda c: c.execute("SELECT name, arch, meta FROM kernels").fetchall(), [])
+        return [(name, arch, notes) for name, arch, meta in rows if (notes := json.loads(meta).get("ptxas_notes"))]
+
     def configs(self, arch: str, toolchains: tuple[str, ...]) -> list[dict]:
         """The JSON descriptions of the kernels for arch that these toolchains built, in every file searched."""
         found = [e.meta for e in self._overlay.values() if e.arch == arch]

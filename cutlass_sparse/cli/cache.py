@@ -93,6 +93,10 @@ def _stats(cache: KernelCache, args) -> int:
           f"{sum(not r[4] for r in rows)} failing their checksum or not unpacking; by arch: {by_arch}; "
           f"{len(cache.records())} profiler records")
     print(f"built by: {_built_by(cache)}")
+    noted = cache.performance_notes()
+    print(f"{len(noted)} kernels compiled with ptxas performance notes" + (":" if noted else ""))
+    for name, arch, notes in noted:
+        print(f"  {arch:7}  {name}: {'; '.join(notes)}")
     return 0
 
 

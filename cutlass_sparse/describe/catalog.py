@@ -50,6 +50,10 @@ class Family:
     # (tile, (least N, largest N)) for tiles selection takes only in that range of N (where
     # their sweeps measured them ahead; catalog keys min_n and max_n)
     n_bounds: tuple[tuple[tuple, tuple[int, float]], ...] = ()
+    # (tile, (least M, least K)) for tiles selection takes only from that M and K up (catalog
+    # keys min_m and min_k): the largest problems, where their sweeps measured them ahead, so
+    # selection also prefers them there over equally cheap tiles
+    mk_bounds: tuple[tuple[tuple, tuple[int, int]], ...] = ()
     # tiles whose kernels keep one wgmma batch in flight (SparseGemmConfig.mma_in_flight;
     # catalog key mma_in_flight): where the H100 measured it ahead. It costs a stage of
     # prefetch (a stage is released one k-tile later), which lost 6% on a 4-stage tile.
@@ -71,6 +75,15 @@ class Family:
     def takes_n(self, tile, n: int) -> bool:
         """Whether selection may take this tile for N's range ending at n (selection.n_range)."""
         return all(least <= n <= most for limited, (least, most) in self.n_bounds if limited == tile)
+
+    def takes(self, tile, m: int, n: int, k: int) -> bool:
+        """takes_n, and M and K at least the tile's min_m and min_k."""
+        return self.takes_n(tile, n) and all(m >= least_m and k >= least_k
+                                             for limited, (least_m, least_k) in self.mk_bounds if limited == tile)
+
+    def large_only(self, tile) -> bool:
+        """Whether the catalog keeps this tile to large M or K (min_m, min_k)."""
+        return any(limited == tile for limited, _ in self.mk_bounds)
 
     def allows(self, tile, element: str, element_out: str) -> bool:
         return self._refusal(tile, element, element_out) is None
@@ -155,6 +168,8 @@ def load(family: str) -> Family:
                      if "outputs" in t),
         subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
         n_bounds=tuple((tile(t), _n_bounds(t, path)) for t in data["tile"] if "min_n" in t or "max_n" in t),
+        mk_bounds=tuple((tile(t), (t.get("min_m", 1), t.get("min_k", 1))) for t in data["tile"]
+                        if "min_m" in t or "min_k" in t),
         in_flight=tuple(tile(t) for t in data["tile"] if _flag(t, "mma_in_flight", path)),
         direct_store=tuple(tile(t) for t in data["tile"] if _flag(t, "direct_store", path)),
     )

@@ -100,7 +100,7 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
             continue
         if tile[0][1] < 32 and n > tile[0][1]:   # 16-wide tiles: timed for decode (one N tile) only
             continue
-        if not family.takes_n(tile, n):
+        if not family.takes(tile, m, n, k):
             continue
         streamk = tile[5] == "streamk"
         if split_k is not None:
@@ -110,7 +110,10 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
         options += [(tile, s) for s in choices if s <= cdiv(k, tile[0][2])]
     if not options:
         raise ValueError(f"split_k={split_k}: K = {k} has fewer K tiles than slices")
-    return min(options, key=lambda o: sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count))
+    # a tile kept to large M and K (catalog min_m, min_k) was measured ahead where it is
+    # allowed: it wins a tie in the cost rule
+    return min(options, key=lambda o: (sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count),
+                                       not family.large_only(o[0])))
 
 
 def linear_out_layout(tokens: int, item: int) -> str:

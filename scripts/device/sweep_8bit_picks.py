@@ -99,10 +99,29 @@ ROUND14_SHAPES = [(4096, 8, 14336), (14336, 8, 4096), (6144, 8, 4096), (8192, 8,
 # traffic per flop than 128x256x64, the traffic that bounds both us and cuSPARSELt there)
 ROUND15_SHAPES = [(8192, 8192, 8192), (16384, 16384, 16384), (4096, 4096, 4096), (11008, 4096, 4096),
                   (4096, 4096, 11008), *((m, n, k) for m, n, k in bench.LLM_SHAPES if n >= 512)]
+# `--round 16`: the same rows of 4096 tokens and more (2x1 picks) against the tall tiles ptxas
+# does not serialize: 256x192x64 drained, 256x160x64 in flight
+ROUND16_SHAPES = [s for s in ROUND15_SHAPES if s[1] >= 4096]
+# `--round 17`: 256x192x64 drained, which led only at 16384^3 in round 16 (where both kernels
+# run at the power cap), against the pick at more shapes of 2 to 18 TFLOP a call
+ROUND17_SHAPES = [(8192, 8192, 16384), (16384, 4096, 16384), (12288, 12288, 12288), (28672, 8192, 8192),
+                  (16384, 16384, 8192), (16384, 8192, 16384), (8192, 16384, 16384), (32768, 8192, 8192),
+                  (16384, 16384, 16384), (16384, 16384, 32768)]
+# `--round 18`: the same where K is long (24576 to 65536), over M and N: round 17 found the
+# tall tile 10-13% ahead at 16384x16384x32768 only
+ROUND18_SHAPES = [(8192, 8192, 32768), (16384, 8192, 32768), (8192, 16384, 32768), (4096, 4096, 32768),
+                  (16384, 4096, 32768), (4096, 16384, 32768), (8192, 8192, 65536), (16384, 16384, 24576),
+                  (12288, 12288, 32768)]
+# `--round 19`: the same where N starts its range (8192, 16384], which selection gives the tile
+# (and round 17-18's winners again, each tile now at its own swizzle from selection.sm90_swizzle)
+ROUND19_SHAPES = [(16384, 16384, 24576), (16384, 16384, 32768), (12288, 12288, 32768), (16384, 9216, 32768),
+                  (16384, 10240, 24576), (12288, 8448, 24576)]
 # Rounds that time the library's pick without and with one field set, A B A B: (field, shapes)
 AB_ROUNDS = {9: ("mma_in_flight", ROUND9_SHAPES), 10: ("mma_in_flight", ROUND10_SHAPES),
              12: ("direct_store", ROUND12_SHAPES), 13: ("direct_store", ROUND13_SHAPES),
-             14: ("narrow", ROUND14_SHAPES), 15: ("tall", ROUND15_SHAPES)}
+             14: ("narrow", ROUND14_SHAPES), 15: ("tall", ROUND15_SHAPES), 16: ("taller", ROUND16_SHAPES),
+             17: ("tall_drained", ROUND17_SHAPES), 18: ("tall_drained", ROUND18_SHAPES),
+             19: ("tall_drained", ROUND19_SHAPES)}
 
 
 def ab_variant(config, field: str, on: bool):
@@ -114,6 +133,17 @@ def ab_variant(config, field: str, on: bool):
     if field == "tall":
         return dataclasses.replace(config, threadblock=(256, 192, 64), mma_in_flight=True) if on else config
     return dataclasses.replace(config, **{field: on})
+
+
+def ab_variants(config, field: str) -> list:
+    """The kernels an A/B round times against the pick ("taller": two tall tiles)."""
+    tall_drained = dataclasses.replace(config, threadblock=(256, 192, 64), mma_in_flight=False)
+    if field == "taller":
+        return [tall_drained, dataclasses.replace(config, threadblock=(256, 160, 64), mma_in_flight=True)]
+    if field == "tall_drained":   # where selection takes the tall tile, the tile it took before
+        wide = dataclasses.replace(config, threadblock=(128, 256, 64), mma_in_flight=True)
+        return [wide if config.threadblock == (256, 192, 64) else tall_drained]
+    return [ab_variant(config, field, True)]
 
 
 def library_pick(dtype, m, n, k):
@@ -135,8 +165,8 @@ def library_pick(dtype, m, n, k):
 def configs(dtype, round_=1):
     if round_ in AB_ROUNDS:   # each pick without and with the field (the catalog may set either)
         field, shapes = AB_ROUNDS[round_]
-        return list(dict.fromkeys(ab_variant(library_pick(dtype, *s), field, on).as_compiled()
-                                  for s in shapes for on in (False, True)))
+        return list(dict.fromkeys(c.as_compiled() for s in shapes
+                                  for pick in (library_pick(dtype, *s),) for c in (pick, *ab_variants(pick, field))))
     family = catalog.load(catalog.for_element("sm90", dtype))
     out, alignment_c, scales, layout = OUT[dtype]
     base = family.config(family.tiles[0], dtype, out, layout, alignment_c if layout == "row" else 16, alignment_c,
@@ -211,7 +241,14 @@ def sweep(dtype, shapes, rng, round_=1):
             swept = [dataclasses.replace(chosen, swizzle=z) for z in (1, 2, 4, 8)]
         elif round_ in AB_ROUNDS:   # the library's own kernel without, then with the field
             chosen, field = plans.get(problem).config, AB_ROUNDS[round_][0]
-            swept = [ab_variant(chosen, field, on) for on in (False, True)] * 2   # A B A B
+            default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
+            variants = [c if c.threadblock == chosen.threadblock or round_ < 19 else   # another tile: its own swizzle
+                        dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
+                                                                              default, c.cluster))
+                        for c in ab_variants(chosen, field)]
+            if round_ >= 19 and chosen.swizzle != 8:   # and the pick at the swizzle rounds 17-18 ran it with
+                variants.append(dataclasses.replace(chosen, swizzle=8))
+            swept = [chosen, *variants] * 2   # A B A B
         else:             # each candidate at the swizzle the rule gives its tile
             default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
             swept = [dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
@@ -247,14 +284,16 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15],
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19],
                         help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
                              "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES; "
                              "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES; "
                              "9, 10: the library's pick, drained and in flight, at ROUND9_SHAPES, ROUND10_SHAPES; "
                              "12, 13: the library's pick with the TMA epilogue and the direct store at ROUND12_SHAPES, "
                              "ROUND13_SHAPES; 14: the 8-bit decode pick and the same 8 wide at ROUND14_SHAPES; "
-                             "15: the 16-bit pick and a 256x192x64 tile at ROUND15_SHAPES")
+                             "15: the 16-bit pick and a 256x192x64 tile at ROUND15_SHAPES; 16: the 16-bit pick, "
+                             "256x192x64 drained and 256x160x64 at ROUND16_SHAPES; 17: the 16-bit pick and "
+                             "256x192x64 drained at ROUND17_SHAPES; 18, 19: the same at ROUND18_SHAPES, ROUND19_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]

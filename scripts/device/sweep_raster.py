@@ -29,7 +29,7 @@ SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 40
 CALLS, REPLAYS, SWIZZLES = 5, 9, (4, 8)
 
 
-def picked(shapes, rasters=(0, 1, 2)):
+def picked(shapes, rasters=(0, 1, 2), swizzles=SWIZZLES):
     """Default selection's kernel at each shape, under each raster order and swizzle."""
     from cutlass_sparse.api import eager
     from cutlass_sparse.describe import selection
@@ -60,7 +60,7 @@ def picked(shapes, rasters=(0, 1, 2)):
             sm90.RASTER = raster   # read when a plan is made: forget the plans (and eager calls) made so far
             plans.clear()
             eager.clear()
-            for swizzle in SWIZZLES:
+            for swizzle in swizzles:
                 config = dataclasses.replace(chosen, swizzle=swizzle)
                 y.fill(0)
                 cs.matmul(sw, x, out=y, config=config)
@@ -86,10 +86,11 @@ def main():
     parser.add_argument("--pick", action="store_true", help="only default selection's kernel, every raster order")
     parser.add_argument("--rasters", default="0,1,2", help="with --pick: these raster orders (one per process: "
                         "switching in one process hung at 16384^3 in session 25)")
+    parser.add_argument("--swizzles", default=",".join(map(str, SWIZZLES)), help="with --pick: these swizzles")
     args = parser.parse_args()
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
     if args.pick:
-        return picked(shapes, [int(r) for r in args.rasters.split(",")])
+        return picked(shapes, [int(r) for r in args.rasters.split(",")], [int(z) for z in args.swizzles.split(",")])
     raster = args.raster
     sm90.RASTER = raster
     fam = catalog.load("sm90")
