@@ -66,6 +66,10 @@ def test_performance_notes_read_from_the_log():
     assert compiler.performance_notes(SERIALIZED_LOG) == (
         "C7512: wgmma.mma_async instructions are serialized due to insufficient register resources",)
     assert compiler.performance_notes(SERIALIZED_LOG.replace("(C7512) Potential Performance Loss", "note")) == ()
+    other = "ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized " \
+            "due to the presence of Extern calls in the function 'k'"   # C7510/C7511/C7515 say "in the function"
+    assert compiler.performance_notes(other) == (
+        "C7511: wgmma.mma_async instructions are serialized due to the presence of Extern calls",)
 
 
 def test_a_compile_with_a_performance_note_warns_and_keeps_it(tmp_path, config, caplog, monkeypatch):

@@ -298,8 +298,7 @@ def test_a_recorded_swizzle_is_capped_by_the_clusters_of_the_shape_it_runs(monke
 def test_tall_tile_only_for_the_largest_problems(element):
     """256x192x64 (drained) ran 5-66% faster than 128x256x64 from M 12288, N 8193 and K
     24576 up and 6-25% slower below (docs/sweep_tall_drained_round17/18/19_h100_session27.log):
-    the catalog's min_m, min_n and min_k keep it there, and there it wins the cost rule's
-    ties (12288x12288x32768 costs both tiles the same)."""
+    the catalog's min_m, min_n and min_k keep it there, where the cost rule prefers it."""
     fam = catalog.load(catalog.for_element("sm90", element))
     tall = next(t for t in fam.tiles if t[0] == (256, 192, 64))
     assert fam.large_only(tall) and not fam.large_only(fam.tiles[0])

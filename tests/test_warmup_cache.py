@@ -184,3 +184,16 @@ def test_gpu_session_list_enumerates_every_kernel_it_runs():
     for config, arch in items:   # sm80 kernels for the H100's own sm_90; sm90 ones and the staging copy for sm_90a
         sm90a = config.family.startswith("sm90") or config.family == "line_copy"
         assert arch == ("sm_90a" if sm90a else "sm_90"), (config.name, arch)
+
+
+def test_stats_passes_over_an_entry_whose_meta_does_not_parse(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "bad_meta.db"
+    KernelCache(db).put("abc", "some_kernel", "sm_80", b"bytes", {"ptxas_notes": ["C7512: x"]})
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE kernels SET meta = 'not json' WHERE key = 'abc'")
+    assert KernelCache(db).performance_notes() == []
+    result = subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "cache", "stats", "--path", str(db)],
+                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 0 and "0 kernels compiled with ptxas performance notes" in result.stdout

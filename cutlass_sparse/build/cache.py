@@ -307,7 +307,7 @@ class KernelCache(Maintenance):
         (kernels.py keeps them in the entry's meta)."""
         with self._lock:
             rows = self._query(lambda c: c.execute("SELECT name, arch, meta FROM kernels").fetchall(), [])
-        return [(name, arch, notes) for name, arch, meta in rows if (notes := json.loads(meta).get("ptxas_notes"))]
+        return [(name, arch, notes) for name, arch, meta in rows if (notes := _notes(meta))]
 
     def configs(self, arch: str, toolchains: tuple[str, ...]) -> list[dict]:
         """The JSON descriptions of the kernels for arch that these toolchains built, in every file searched."""
@@ -403,3 +403,11 @@ def default_cache() -> KernelCache:
         if _default is None or _default.asked != paths:
             _default = KernelCache()
         return _default
+
+
+def _notes(meta_json: str) -> list[str]:
+    """An entry's ptxas notes; none where its meta does not parse (`cache verify` reports it)."""
+    try:
+        return json.loads(meta_json).get("ptxas_notes") or []
+    except (ValueError, AttributeError):
+        return []

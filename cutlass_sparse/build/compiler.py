@@ -63,7 +63,7 @@ class Compiled:
 # ptxas's "Potential Performance Loss" notes (C75xx), e.g. wgmma serialized for want of
 # registers: the kernel is correct but can run far below its tile's speed (session 27: a
 # 256x192 tile ran 8-35% slower for it), so a compile that draws one says so.
-_PERFORMANCE_NOTE = re.compile(r"\((C75\d\d)\)\s*Potential Performance Loss:\s*(.*?)(?: for the function '[^']*')?\s*$")
+_PERFORMANCE_NOTE = re.compile(r"\((C75\d\d)\)\s*Potential Performance Loss:\s*(.*?)(?: (?:for|in) the function '[^']*')?\s*$")
 
 
 def performance_notes(log: str) -> tuple[str, ...]:

@@ -51,8 +51,7 @@ class Family:
     # their sweeps measured them ahead; catalog keys min_n and max_n)
     n_bounds: tuple[tuple[tuple, tuple[int, float]], ...] = ()
     # (tile, (least M, least K)) for tiles selection takes only from that M and K up (catalog
-    # keys min_m and min_k): the largest problems, where their sweeps measured them ahead, so
-    # selection also prefers them there over equally cheap tiles
+    # keys min_m and min_k): the largest problems, where their sweeps measured them ahead
     mk_bounds: tuple[tuple[tuple, tuple[int, int]], ...] = ()
     # tiles whose kernels keep one wgmma batch in flight (SparseGemmConfig.mma_in_flight;
     # catalog key mma_in_flight): where the H100 measured it ahead. It costs a stage of

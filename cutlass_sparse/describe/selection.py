@@ -110,10 +110,7 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
         options += [(tile, s) for s in choices if s <= cdiv(k, tile[0][2])]
     if not options:
         raise ValueError(f"split_k={split_k}: K = {k} has fewer K tiles than slices")
-    # a tile kept to large M and K (catalog min_m, min_k) was measured ahead where it is
-    # allowed: it wins a tie in the cost rule
-    return min(options, key=lambda o: (sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count),
-                                       not family.large_only(o[0])))
+    return min(options, key=lambda o: sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count))
 
 
 def linear_out_layout(tokens: int, item: int) -> str:

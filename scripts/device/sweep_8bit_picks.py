@@ -135,15 +135,19 @@ def ab_variant(config, field: str, on: bool):
     return dataclasses.replace(config, **{field: on})
 
 
-def ab_variants(config, field: str) -> list:
-    """The kernels an A/B round times against the pick ("taller": two tall tiles)."""
-    tall_drained = dataclasses.replace(config, threadblock=(256, 192, 64), mma_in_flight=False)
+def ab_kernels(config, field: str) -> list:
+    """The kernels an A/B round times at one shape: the pick without and with the field, or
+    for the tall-tile rounds the pick first, then its rivals ("taller": 256x192x64 drained and
+    256x160x64; "tall_drained": 256x192x64 drained, or where selection takes that tile, the
+    128x256x64 tile it took before)."""
+    def tile(threadblock, in_flight):
+        return dataclasses.replace(config, threadblock=threadblock, mma_in_flight=in_flight)
+
     if field == "taller":
-        return [tall_drained, dataclasses.replace(config, threadblock=(256, 160, 64), mma_in_flight=True)]
-    if field == "tall_drained":   # where selection takes the tall tile, the tile it took before
-        wide = dataclasses.replace(config, threadblock=(128, 256, 64), mma_in_flight=True)
-        return [wide if config.threadblock == (256, 192, 64) else tall_drained]
-    return [ab_variant(config, field, True)]
+        return [config, tile((256, 192, 64), False), tile((256, 160, 64), True)]
+    if field == "tall_drained":
+        return [config, tile((128, 256, 64), True) if config.threadblock == (256, 192, 64) else tile((256, 192, 64), False)]
+    return [ab_variant(config, field, on) for on in (False, True)]
 
 
 def library_pick(dtype, m, n, k):
@@ -165,8 +169,7 @@ def library_pick(dtype, m, n, k):
 def configs(dtype, round_=1):
     if round_ in AB_ROUNDS:   # each pick without and with the field (the catalog may set either)
         field, shapes = AB_ROUNDS[round_]
-        return list(dict.fromkeys(c.as_compiled() for s in shapes
-                                  for pick in (library_pick(dtype, *s),) for c in (pick, *ab_variants(pick, field))))
+        return list(dict.fromkeys(c.as_compiled() for s in shapes for c in ab_kernels(library_pick(dtype, *s), field)))
     family = catalog.load(catalog.for_element("sm90", dtype))
     out, alignment_c, scales, layout = OUT[dtype]
     base = family.config(family.tiles[0], dtype, out, layout, alignment_c if layout == "row" else 16, alignment_c,
@@ -242,13 +245,13 @@ def sweep(dtype, shapes, rng, round_=1):
         elif round_ in AB_ROUNDS:   # the library's own kernel without, then with the field
             chosen, field = plans.get(problem).config, AB_ROUNDS[round_][0]
             default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
-            variants = [c if c.threadblock == chosen.threadblock or round_ < 19 else   # another tile: its own swizzle
-                        dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
-                                                                              default, c.cluster))
-                        for c in ab_variants(chosen, field)]
+            swept = [c if c.threadblock == chosen.threadblock or round_ < 19 else   # another tile: its own swizzle
+                     dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
+                                                                           default, c.cluster))
+                     for c in ab_kernels(chosen, field)]
             if round_ >= 19 and chosen.swizzle != 8:   # and the pick at the swizzle rounds 17-18 ran it with
-                variants.append(dataclasses.replace(chosen, swizzle=8))
-            swept = [chosen, *variants] * 2   # A B A B
+                swept.append(dataclasses.replace(chosen, swizzle=8))
+            swept *= 2   # A B A B
         else:             # each candidate at the swizzle the rule gives its tile
             default = catalog.load(catalog.for_element("sm90", dtype)).swizzle
             swept = [dataclasses.replace(c, swizzle=selection.sm90_swizzle(c.threadblock, m, n, problem.sm_count,
