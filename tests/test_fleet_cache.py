@@ -445,3 +445,21 @@ def test_a_serving_node_finds_its_fleets_profiler_records(monkeypatch, tmp_path)
     assert records.recorded(mine_sig) == choice and records.recorded(fleet_sig) == choice
     records._signatures.cache_clear()
     records._recorded.cache_clear()
+
+
+def test_a_stand_in_keeps_to_the_catalog_bounds_of_its_tile():
+    # With compiling forbidden, a cached tile the catalog keeps to other problems (min_n /
+    # max_n, min_m / min_k) ranks after every tile the catalog offers for this one.
+    fam = catalog.load("sm90")
+    tall = next(t for t in fam.tiles if fam.large_only(t))
+    wide = fam.tiles[0]
+    as_config = {t: fam.config(t, "f16", "f16", "row", 8, 8, reads_c=False) for t in (tall, wide)}
+    large = Problem.contiguous("sm90", 16384, 16384, 24576)
+    small = Problem.contiguous("sm90", 8192, 8192, 8192)
+    wanted = as_config[wide]
+    assert present._rank(as_config[tall], wanted, large)[0] is False
+    for m, n, k in ((8192, 8192, 8192), (8192, 16384, 32768), (16384, 16384, 16384)):   # N, M, K below its bounds
+        assert present._rank(as_config[tall], wanted, Problem.contiguous("sm90", m, n, k))[0] is True, (m, n, k)
+    assert present._rank(as_config[wide], wanted, small)[0] is False
+    ranked = sorted(as_config.values(), key=lambda c: present._rank(c, wanted, small))
+    assert ranked[0] == as_config[wide]
