@@ -302,13 +302,6 @@ class KernelCache(Maintenance):
         with self._lock:
             return self._query(lambda c: cache_files.column(c, "toolchains", "identity", "created"), [])
 
-    def performance_notes(self) -> list[tuple[str, str, list[str]]]:
-        """(name, arch, notes) of each kernel whose compile drew ptxas performance notes
-        (kernels.py keeps them in the entry's meta)."""
-        with self._lock:
-            rows = self._query(lambda c: c.execute("SELECT name, arch, meta FROM kernels").fetchall(), [])
-        return [(name, arch, notes) for name, arch, meta in rows if (notes := _notes(meta))]
-
     def configs(self, arch: str, toolchains: tuple[str, ...]) -> list[dict]:
         """The JSON descriptions of the kernels for arch that these toolchains built, in every file searched."""
         found = [e.meta for e in self._overlay.values() if e.arch == arch]
@@ -404,10 +397,3 @@ def default_cache() -> KernelCache:
             _default = KernelCache()
         return _default
 
-
-def _notes(meta_json: str) -> list[str]:
-    """An entry's ptxas notes; none where its meta does not parse (`cache verify` reports it)."""
-    try:
-        return json.loads(meta_json).get("ptxas_notes") or []
-    except (ValueError, AttributeError):
-        return []

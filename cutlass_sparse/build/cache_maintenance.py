@@ -1,8 +1,9 @@
 """The kernel cache's maintenance commands (`cutlass-sparse cache ...`, warm-up merges):
-listing, verifying, clearing, merging and compacting a file. Kept apart from what a call
+listing (ptxas notes too), verifying, clearing, merging and compacting a file. Kept apart from what a call
 needs (opening, get and put: build.cache.KernelCache, which these are methods of)."""
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -19,6 +20,13 @@ class Maintenance:
                 (key, name, arch, len(cubin), cache_files.intact(cubin, meta, checksum) is not None)
                 for key, name, arch, cubin, meta, checksum in c.execute(
                     "SELECT key, name, arch, cubin, meta, checksum FROM kernels ORDER BY name, arch")], [])
+
+    def performance_notes(self) -> list[tuple[str, str, list[str]]]:
+        """(name, arch, notes) of each kernel whose compile drew ptxas performance notes
+        (kernels.py keeps them in the entry's meta)."""
+        with self._lock:
+            rows = self._query(lambda c: c.execute("SELECT name, arch, meta FROM kernels").fetchall(), [])
+        return [(name, arch, notes) for name, arch, meta in rows if (notes := _notes(meta))]
 
     def keys(self) -> list[str]:
         return [row[0] for row in self.rows()]
@@ -74,3 +82,11 @@ class Maintenance:
         self._require_writable("compact")
         with self._lock:
             self._query(lambda c: c.execute("VACUUM"))
+
+
+def _notes(meta_json: str) -> list[str]:
+    """An entry's ptxas notes; none where its meta does not parse (`cache verify` reports it)."""
+    try:
+        return json.loads(meta_json).get("ptxas_notes") or []
+    except (ValueError, AttributeError):
+        return []
