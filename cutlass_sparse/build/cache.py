@@ -396,4 +396,3 @@ def default_cache() -> KernelCache:
         if _default is None or _default.asked != paths:
             _default = KernelCache()
         return _default
-

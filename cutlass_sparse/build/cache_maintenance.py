@@ -1,6 +1,7 @@
 """The kernel cache's maintenance commands (`cutlass-sparse cache ...`, warm-up merges):
-listing (ptxas notes too), verifying, clearing, merging and compacting a file. Kept apart from what a call
-needs (opening, get and put: build.cache.KernelCache, which these are methods of)."""
+listing (ptxas's notes too), verifying, clearing, merging and compacting a file. Kept apart
+from what a call needs (opening, get and put: build.cache.KernelCache, which these are
+methods of)."""
 from __future__ import annotations
 
 import json
