@@ -107,7 +107,7 @@ def sm90_large_only_configs(dtype: str):
     from cutlass_sparse.describe import catalog
 
     fam = catalog.load("sm90")
-    return [fam.config(tile, dtype, dtype, "row", 8, 8, reads_c=False) for tile in fam.tiles if fam.large_only(tile)]
+    return [fam.config(tile, dtype, dtype, "row", 8, 8, reads_c=False) for tile, _ in fam.mk_bounds]
 
 
 def sm90_k256_configs(dtype: str):

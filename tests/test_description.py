@@ -301,7 +301,8 @@ def test_tall_tile_only_for_the_largest_problems(element):
     the catalog's min_m, min_n and min_k keep it there, where the cost rule prefers it."""
     fam = catalog.load(catalog.for_element("sm90", element))
     tall = next(t for t in fam.tiles if t[0] == (256, 192, 64))
-    assert fam.large_only(tall) and not fam.large_only(fam.tiles[0])
+    large_only = [limited for limited, _ in fam.mk_bounds]
+    assert tall in large_only and fam.tiles[0] not in large_only
     won = [(16384, 16384, 24576), (16384, 16384, 32768), (12288, 12288, 32768), (16384, 9216, 32768),
            (16384, 10240, 24576), (12288, 8448, 24576), (12288, 8193, 24576)]
     lost = [(8192, 8192, 8192), (16384, 8192, 32768), (16384, 16384, 16384), (8192, 16384, 32768),
@@ -313,5 +314,4 @@ def test_tall_tile_only_for_the_largest_problems(element):
     assert fam.takes(tall, 12288, 16384, 24576) and not fam.takes(tall, 12287, 16384, 24576)
     assert not fam.takes(tall, 12288, 8192, 24576) and not fam.takes(tall, 12288, 16384, 24575)
     # no 8-bit catalog has such a tile: their picks stay
-    assert not any(catalog.load(name).large_only(t) for name in ("sm90_fp8", "sm90_s8")
-                   for t in catalog.load(name).tiles)
+    assert not any(catalog.load(name).mk_bounds for name in ("sm90_fp8", "sm90_s8"))

@@ -451,7 +451,7 @@ def test_a_stand_in_keeps_to_the_catalog_bounds_of_its_tile():
     # With compiling forbidden, a cached tile the catalog keeps to other problems (min_n /
     # max_n, min_m / min_k) ranks after every tile the catalog offers for this one.
     fam = catalog.load("sm90")
-    tall = next(t for t in fam.tiles if fam.large_only(t))
+    tall = next(t for t, _ in fam.mk_bounds)
     wide = fam.tiles[0]
     as_config = {t: fam.config(t, "f16", "f16", "row", 8, 8, reads_c=False) for t in (tall, wide)}
     large = Problem.contiguous("sm90", 16384, 16384, 24576)

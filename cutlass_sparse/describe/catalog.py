@@ -80,10 +80,6 @@ class Family:
         return self.takes_n(tile, n) and all(m >= least_m and k >= least_k
                                              for limited, (least_m, least_k) in self.mk_bounds if limited == tile)
 
-    def large_only(self, tile) -> bool:
-        """Whether the catalog keeps this tile to large M or K (min_m, min_k)."""
-        return any(limited == tile for limited, _ in self.mk_bounds)
-
     def allows(self, tile, element: str, element_out: str) -> bool:
         return self._refusal(tile, element, element_out) is None
 
