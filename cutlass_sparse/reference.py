@@ -45,32 +45,44 @@ extern "C" __global__ void cutlass_sparse_spin(long long cycles) {
 
 
 def kernel_median_ms(fn, calls: int = 20, replays: int = 15, spin_ms: float = 20.0) -> float:
-    """Kernel-only time of fn() in ms: `calls` back-to-back calls between two events,
-    median over `replays`, divided by `calls`.
+    """Kernel-only time of fn() in ms (kernel_medians_ms with one contestant)."""
+    return kernel_medians_ms({"fn": fn}, calls, replays, spin_ms)["fn"]
 
-    Each replay first queues a spin kernel of about spin_ms, so all `calls` launches are
+
+def kernel_medians_ms(fns: dict, calls: int = 20, replays: int = 15, spin_ms: float = 20.0) -> dict:
+    """Kernel-only time in ms of each fn() in fns: `calls` back-to-back calls between two
+    events, median over `replays`, divided by `calls`.
+
+    Each timing first queues a spin kernel of about spin_ms, so all `calls` launches are
     enqueued while the GPU is busy and then run with no host gaps: Python and launch
     overhead stay out of the number, whatever fn is (CuPy refuses to capture cuBLAS in a
     CUDA graph, so graphs cannot give both peers the same treatment).
+
+    The contestants take turns, one timing each per replay, the first place rotating: at
+    shapes that run at the card's power cap, timing them one after another in blocks
+    gave whichever ran first or last a different clock (session 28).
     """
     import cupy
 
     spin = cupy.RawKernel(_SPIN_SOURCE, "cutlass_sparse_spin")
     rate_khz = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["clockRate"]
     cycles = int(spin_ms * rate_khz)
-    fn()
-    times = []
-    for _ in range(replays):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        spin((1,), (1,), (cupy.int64(cycles),))
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / calls)
-    times.sort()
-    return times[len(times) // 2]
+    names = list(fns)
+    for name in names:
+        fns[name]()
+    times = {name: [] for name in names}
+    for replay in range(replays):
+        for i in range(len(names)):
+            name = names[(replay + i) % len(names)]
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            spin((1,), (1,), (cupy.int64(cycles),))
+            start.record()
+            for _ in range(calls):
+                fns[name]()
+            stop.record()
+            stop.synchronize()
+            times[name].append(cupy.cuda.get_elapsed_time(start, stop) / calls)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
 def gpu_available() -> bool:

@@ -79,6 +79,7 @@ def sm90_configs(sm_count: int = 132):
         yield from sm90_k256_configs(dtype)
         yield from sm90_in_flight_configs(dtype)
         yield from sm90_large_only_configs(dtype)
+    yield from sm90_large_only_c_configs()
 
 
 # (M, N, K) for kernels with wgmma in flight: 1, 2, 3, 6 and 7 k-tiles of 64 (the mainloop
@@ -108,6 +109,15 @@ def sm90_large_only_configs(dtype: str):
 
     fam = catalog.load("sm90")
     return [fam.config(tile, dtype, dtype, "row", 8, 8, reads_c=False) for tile, _ in fam.mk_bounds]
+
+
+def sm90_large_only_c_configs():
+    """The same tiles reading C: f16 out, and bf16 in with an f32 out (alignment 4)."""
+    from cutlass_sparse.describe import catalog
+
+    fam = catalog.load("sm90")
+    return [fam.config(tile, element, out, "row", 8, 8 if out == element else 4)
+            for tile, _ in fam.mk_bounds for element, out in (("f16", "f16"), ("bf16", "f32"))]
 
 
 def sm90_k256_configs(dtype: str):

@@ -131,6 +131,23 @@ def test_tiles_for_the_largest_problems_match_dense_at_any_size(dtype):
             check(y, w, x, dtype)
 
 
+def test_tiles_for_the_largest_problems_read_c_and_write_f32():
+    import cupy
+
+    configs = gpu_cases.sm90_large_only_c_configs()
+    assert [(c.threadblock, c.element, c.element_out) for c in configs] == \
+        [((256, 192, 64), "f16", "f16"), ((256, 192, 64), "bf16", "f32")]
+    for m, n, k in gpu_cases.LARGE_ONLY_SHAPES:
+        for config in configs:
+            w, sw, x = operands(m, n, k, config.element, "row", seed=m + k)
+            c = cupy.random.default_rng(n).standard_normal((m, n), dtype=cupy.float32)
+            c = c.astype(dtypes.numpy_dtype(config.element_out))
+            info = {}
+            y = cs.matmul(sw, x, out_dtype=config.element_out, alpha=0.5, beta=2.0, c=c, config=config, info=info)
+            assert info["config"] == config.name and y.dtype == c.dtype
+            check(y, w, x, config.element, alpha=0.5, beta=2.0, c=c)
+
+
 @pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
 @pytest.mark.parametrize("m", [4096, 1001])
 def test_one_token_writes_a_contiguous_column_in_one_launch(m, dtype):

@@ -160,3 +160,12 @@ def test_a_tiles_least_n_starts_a_range_of_n():
     assert catalog._n_bounds({"threadblock": [1], "max_n": 512}, "x.toml") == (1, 512)
     with pytest.raises(ValueError, match="min_n = 300: 1, or one more than a power of two"):
         catalog._n_bounds({"threadblock": [1], "min_n": 300}, "x.toml")
+
+
+@pytest.mark.parametrize("value", [0, -4096, 1.5, "12288", True])
+def test_a_tiles_least_m_and_k_are_whole_numbers(value):
+    assert catalog._mk_bounds({"threadblock": [1], "min_m": 12288}, "x.toml") == (12288, 1)
+    assert catalog._mk_bounds({"threadblock": [1], "min_k": 24576}, "x.toml") == (1, 24576)
+    for key in ("min_m", "min_k"):
+        with pytest.raises(ValueError, match=f"x.toml: tile \\[1\\] {key} = .*: a whole number of at least 1"):
+            catalog._mk_bounds({"threadblock": [1], key: value}, "x.toml")

@@ -1,7 +1,8 @@
 """bench: cutlass-sparse against dense cuBLAS and cuSPARSELt on the same operands, in one process (GPU).
 
 Every peer is timed kernel-only the same way (a spin kernel keeps the GPU busy while 20
-calls are enqueued, two events time them back to back, median of 15). Our result is
+calls are enqueued, two events time them back to back, median of 15), the peers taking
+turns (reference.kernel_medians_ms). Our result is
 checked against the dense one in the same run; a shape that fails the check is
 reported as FAIL and left out of the means. cuSPARSELt runs through torch
 (_cslt_sparse_mm with the algorithm _cslt_sparse_mm_search picks, plan made once)
@@ -98,13 +99,12 @@ def bench_one(m, n, k, dtype, family, rng, tune=False):
     flops = 2.0 * m * n * k
     row = {"m": m, "n": n, "k": k, "dtype": dtype, "config": info["config"], "split_k": info.get("split_k", 1),
            "rel_err": err, "ok": err <= TOLERANCE[dtype]}
-    row["ours_ms"] = reference.kernel_median_ms(lambda: cs.matmul(sw, x, out=y))
-    row["dense_ms"] = reference.kernel_median_ms(lambda: cupy.matmul(w, x, out=y_dense))
+    contestants = {"ours": lambda: cs.matmul(sw, x, out=y), "dense": lambda: cupy.matmul(w, x, out=y_dense)}
     peer = cusparselt(w, x)
     if peer is not None:
-        run, out = peer
+        contestants["cslt"], out = peer
         row["cslt_err"] = reference.relative_error(cupy.from_dlpack(out), reference.to_float32(y_dense))
-        row["cslt_ms"] = reference.kernel_median_ms(run)
+    row.update({f"{name}_ms": ms for name, ms in reference.kernel_medians_ms(contestants).items()})
     for key in ("ours", "dense", "cslt"):
         if f"{key}_ms" in row:
             row[f"{key}_tflops"] = flops / row[f"{key}_ms"] / 1e9

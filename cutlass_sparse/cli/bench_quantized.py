@@ -94,11 +94,10 @@ def bench_one(m: int, n: int, k: int, rng, element: str = "e4m3") -> dict:
         ok = err <= TOLERANCE[element]
     row = {"m": m, "n": n, "k": k, "dtype": element, "config": info.get("config", "?"), "split_k": 1,
            "rel_err": err, "ok": ok}
-    row["ours_ms"] = reference.kernel_median_ms(
-        lambda: quantized.linear_quantized(xq, None if raw else x_scales, sw, out_dtype=OUT[element], out=y,
-                                           x_element=x_element))
-    for name, run in peers(wq, xq, element).items():
-        row[f"{name}_ms"] = reference.kernel_median_ms(run)
+    contestants = {"ours": lambda: quantized.linear_quantized(xq, None if raw else x_scales, sw, out_dtype=OUT[element],
+                                                              out=y, x_element=x_element),
+                   **peers(wq, xq, element)}
+    row.update({f"{name}_ms": ms for name, ms in reference.kernel_medians_ms(contestants).items()})
     row.setdefault("dense_ms", float("nan"))
     for key in ("ours", "dense", "cslt"):
         if f"{key}_ms" in row:

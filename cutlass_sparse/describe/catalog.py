@@ -135,6 +135,17 @@ def _n_bounds(tile: dict, path) -> tuple[int, float]:
     return least, most
 
 
+def _mk_bounds(tile: dict, path) -> tuple[int, int]:
+    """A tile's (min_m, min_k): whole numbers of at least 1 (1 where a key is absent)."""
+    bounds = []
+    for key in ("min_m", "min_k"):
+        value = tile.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{path}: tile {tile['threadblock']} {key} = {value!r}: a whole number of at least 1")
+        bounds.append(value)
+    return bounds[0], bounds[1]
+
+
 def _flag(tile: dict, key: str, path) -> bool:
     value = tile.get(key, False)
     if not isinstance(value, bool):
@@ -163,8 +174,7 @@ def load(family: str) -> Family:
                      if "outputs" in t),
         subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
         n_bounds=tuple((tile(t), _n_bounds(t, path)) for t in data["tile"] if "min_n" in t or "max_n" in t),
-        mk_bounds=tuple((tile(t), (t.get("min_m", 1), t.get("min_k", 1))) for t in data["tile"]
-                        if "min_m" in t or "min_k" in t),
+        mk_bounds=tuple((tile(t), _mk_bounds(t, path)) for t in data["tile"] if "min_m" in t or "min_k" in t),
         in_flight=tuple(tile(t) for t in data["tile"] if _flag(t, "mma_in_flight", path)),
         direct_store=tuple(tile(t) for t in data["tile"] if _flag(t, "direct_store", path)),
     )

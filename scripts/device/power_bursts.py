@@ -2,10 +2,12 @@
 """Why 16384^3 loses more to cuSPARSELt in the bench's long bursts (20 calls of 9 ms) than in
 short ones (5 calls): ours and cuSPARSELt timed alternately at each burst length while
 nvidia-smi samples the SM clock, the power draw and the throttle reasons every 50 ms; each
-timing's window gets the mean clock and power of the samples inside it. Both results are
-checked against the dense one first (GPU machine).
+timing's window gets the mean clock and power of the samples inside it. Every result is
+checked against the dense one first (GPU machine). --tall adds the catalog's tile for the
+largest problems (min_m, min_k) as a third contestant, named by config (session 28).
 
-    python scripts/device/power_bursts.py [--shape 16384x16384x16384] [--rounds 3]
+    python scripts/device/power_bursts.py [--shape 16384x16384x16384] [--rounds 3] [--dtype bf16]
+        [--bursts 5,20,100] [--tall]
 """
 from __future__ import annotations
 
@@ -24,10 +26,10 @@ import cupy  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse import reference  # noqa: E402
+from cutlass_sparse.describe import catalog, dtypes  # noqa: E402
 from cutlass_sparse.cli.bench import cusparselt  # noqa: E402
 
 FIELDS = "timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active"
-BURSTS = (5, 20)        # calls per timing: sweep_raster.py's and the bench's
 REPLAYS = 9
 
 
@@ -50,20 +52,35 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="16384x16384x16384")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
+    parser.add_argument("--bursts", default="5,20", help="calls per timing: sweep_raster.py's and the bench's")
+    parser.add_argument("--tall", action="store_true", help="and the catalog's tile for the largest problems")
     args = parser.parse_args()
+    bursts = tuple(int(b) for b in args.bursts.split(","))
     m, n, k = map(int, args.shape.split("x"))
     rng = cupy.random.default_rng(0)
-    w = cs.prune_2to4(rng.standard_normal((m, k), dtype=cupy.float32).astype(cupy.float16))
-    x = rng.standard_normal((k, n), dtype=cupy.float32).astype(cupy.float16)
+    np_dtype = dtypes.numpy_dtype(args.dtype)
+    w = cs.prune_2to4(dtypes.from_float32(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
+    x = dtypes.from_float32(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
     sw = cs.compress(w)
     ref = reference.to_float32(cupy.matmul(w, x))
-    y = cs.matmul(sw, x)
-    assert reference.relative_error(y, ref) < 2e-3
+    tolerance = 2e-3 if args.dtype == "f16" else 1.2e-2
+    info = {}
+    y = cs.matmul(sw, x, info=info)
+    assert reference.relative_error(y, ref) < tolerance
+    print(f"ours: {info['config']}")
     peer, out = cusparselt(w, x)
     peer()
-    assert reference.relative_error(cupy.from_dlpack(out), ref) < 2e-3
-    del ref
+    assert reference.relative_error(cupy.from_dlpack(out), ref) < tolerance
     calls = {"ours": lambda: cs.matmul(sw, x, out=y), "cuSPARSELt": peer}
+    if args.tall:
+        fam = catalog.load("sm90")
+        tall = fam.config(fam.mk_bounds[0][0], args.dtype, args.dtype, "row", 8, 8, reads_c=False)
+        y_tall = cs.matmul(sw, x, config=tall)
+        assert reference.relative_error(y_tall, ref) < tolerance
+        print(f"tall: {tall.name}")
+        calls["tall"] = lambda: cs.matmul(sw, x, out=y_tall, config=tall)
+    del ref
     log = Path(tempfile.mkstemp(suffix=".csv")[1])
     smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits", "-lms", "50"],
                            stdout=log.open("w"), stderr=subprocess.DEVNULL)
@@ -71,7 +88,7 @@ def main() -> int:
     try:
         time.sleep(1.0)
         for _ in range(args.rounds):
-            for burst in BURSTS:
+            for burst in bursts:
                 for name, call in calls.items():
                     start = time.time()
                     ms = reference.kernel_median_ms(call, burst, REPLAYS)
@@ -82,7 +99,7 @@ def main() -> int:
         smi.wait()
     seen = samples(log)
     flops = 2.0 * m * n * k   # as scripts/bench.py counts (the dense product's)
-    print(f"{m}x{n}x{k} f16, {args.rounds} rounds, {len(seen)} nvidia-smi samples at 50 ms")
+    print(f"{m}x{n}x{k} {args.dtype}, {args.rounds} rounds, {len(seen)} nvidia-smi samples at 50 ms")
     print(f"{'kernel':>11} {'calls':>5} {'ms/call':>8} {'TFLOP/s':>8} {'SM MHz':>7} {'W':>6} {'C':>4}  throttle reasons")
     for name, burst, ms, start, stop in windows:
         inside = [s for s in seen if start <= s[0] <= stop]
@@ -91,10 +108,11 @@ def main() -> int:
         temp = max((s[3] for s in inside), default=float("nan"))
         reasons = ",".join(sorted({s[4] for s in inside}))
         print(f"{name:>11} {burst:5d} {ms:8.3f} {flops / ms / 1e9:8.1f} {clock:7.0f} {power:6.0f} {temp:4.0f}  {reasons}")
-    for burst in BURSTS:
-        ours = statistics.median(w[2] for w in windows if w[0] == "ours" and w[1] == burst)
-        theirs = statistics.median(w[2] for w in windows if w[0] == "cuSPARSELt" and w[1] == burst)
-        print(f"{burst:2d} calls per timing: ours / cuSPARSELt {theirs / ours:.3f}x (median over rounds)")
+    for burst in bursts:
+        ms = {name: statistics.median(w[2] for w in windows if w[0] == name and w[1] == burst) for name in calls}
+        print(f"{burst:3d} calls per timing: ours / cuSPARSELt {ms['cuSPARSELt'] / ms['ours']:.3f}x"
+              + (f", tall / cuSPARSELt {ms['cuSPARSELt'] / ms['tall']:.3f}x, tall / ours {ms['ours'] / ms['tall']:.3f}x"
+                 if "tall" in ms else "") + " (median over rounds)")
     return 0
 
 
