@@ -118,7 +118,7 @@ def test_kernels_with_wgmma_in_flight_match_dense(dtype):
 
 @pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
 def test_tiles_for_the_largest_problems_match_dense_at_any_size(dtype):
-    # selection takes 256x192x64 only from M 12288, N 8193 and K 24576 (operations/sm90.toml);
+    # selection takes 256x192x64 only from M 12288, N 8193 and K 12288 (operations/sm90.toml);
     # a caller's config may name it at any size
     configs = gpu_cases.sm90_large_only_configs(dtype)
     assert [c.threadblock for c in configs] == [(256, 192, 64)]
