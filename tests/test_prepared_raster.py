@@ -16,7 +16,7 @@ def stand_in(config, arch, cache=None):
 
 
 def test_each_raster_order_gets_its_own_grid(monkeypatch):
-    problem = Problem.contiguous("sm90", 16384, 16384, 16384)
+    problem = Problem.contiguous("sm90", 16384, 16384, 8192)   # the 128x256x64 tile (K below the tall one's)
     monkeypatch.setattr(sm90_prepare, "_prepared", {})   # none of this test's entries outlive it
     found = {}
     with mock.patch.object(kernels, "get", stand_in):
