@@ -58,9 +58,10 @@ def kernel_medians_ms(fns: dict, calls: int = 20, replays: int = 15, spin_ms: fl
     overhead stay out of the number, whatever fn is (CuPy refuses to capture cuBLAS in a
     CUDA graph, so graphs cannot give both peers the same treatment).
 
-    The contestants take turns, one timing each per replay, the first place rotating: at
-    shapes that run at the card's power cap, timing them one after another in blocks
-    gave whichever ran first or last a different clock (session 28).
+    The contestants take turns, one timing each per replay, the first place rotating and
+    the order reversed every other cycle (so no contestant always follows the same one): at
+    shapes that reach the card's power cap, timing them one after another in blocks started
+    each block from another state of the card's power control (session 28).
     """
     import cupy
 
@@ -72,8 +73,9 @@ def kernel_medians_ms(fns: dict, calls: int = 20, replays: int = 15, spin_ms: fl
         fns[name]()
     times = {name: [] for name in names}
     for replay in range(replays):
+        cycle = names if (replay // len(names)) % 2 == 0 else names[::-1]
         for i in range(len(names)):
-            name = names[(replay + i) % len(names)]
+            name = cycle[(replay + i) % len(names)]
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             spin((1,), (1,), (cupy.int64(cycles),))
             start.record()

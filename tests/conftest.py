@@ -41,3 +41,23 @@ def needs_sm90():
 
     if cupy.cuda.Device().compute_capability != "90":
         pytest.skip("the sm90 family's kernels need a compute capability 9.0 GPU")
+
+
+@pytest.fixture
+def load_edited_catalog(tmp_path, monkeypatch):
+    """load_edited_catalog(old, new): catalog.load("sm90") from the shipped sm90.toml with its
+    first `old` replaced by `new`, so a test can see what loading says of a bad value. The
+    load cache is cleared before and after: no edited catalog outlives the test."""
+    from cutlass_sparse import env
+    from cutlass_sparse.describe import catalog
+
+    def load(old, new):
+        text = (env.operations_dir() / "sm90.toml").read_text()
+        assert old in text
+        (tmp_path / "sm90.toml").write_text(text.replace(old, new, 1))
+        monkeypatch.setattr(env, "operations_dir", lambda: tmp_path)
+        catalog.load.cache_clear()
+        return catalog.load("sm90")
+
+    yield load
+    catalog.load.cache_clear()

@@ -297,10 +297,10 @@ def test_a_recorded_swizzle_is_capped_by_the_clusters_of_the_shape_it_runs(monke
 @pytest.mark.parametrize("element", ["f16", "bf16"])
 def test_tall_tile_only_for_the_largest_problems(element):
     """256x192x64 (drained) ran 5-66% faster than 128x256x64 from M 12288, N 8193 and K
-    24576 up and 6-25% slower below (docs/sweep_tall_drained_round17/18/19_h100_session27.log);
-    from K 12288 it is level in 20-call timings and 13-15% faster at the power cap
-    (docs/sustained_h100_session28.log): the catalog's min_m, min_n and min_k keep it there,
-    where the cost rule prefers it."""
+    24576 up (docs/sweep_tall_drained_round19_h100_session27.log); from K 12288 it is level
+    in 20-call timings and 13-15% faster at the power cap (docs/sustained_h100_session28.log);
+    it trails at 8192^3 and where N or M is small: the catalog's min_m, min_n and min_k keep
+    it to M >= 12288, N > 8192 and K >= 12288, where the cost rule prefers it."""
     fam = catalog.load(catalog.for_element("sm90", element))
     tall = next(t for t in fam.tiles if t[0] == (256, 192, 64))
     large_only = [limited for limited, _ in fam.mk_bounds]

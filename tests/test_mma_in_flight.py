@@ -124,15 +124,6 @@ def test_a_header_patched_twice_keeps_both_patch_lists(monkeypatch):
         nvrtc_headers.patched_headers.cache_clear()
 
 
-def test_the_catalog_flag_must_be_a_boolean(tmp_path, monkeypatch):
-    from cutlass_sparse import env
-
-    text = (env.operations_dir() / "sm90.toml").read_text().replace("mma_in_flight = true", "mma_in_flight = 1", 1)
-    (tmp_path / "sm90.toml").write_text(text)
-    monkeypatch.setattr(env, "operations_dir", lambda: tmp_path)
-    catalog.load.cache_clear()
-    try:
-        with pytest.raises(ValueError, match="mma_in_flight = 1: true or false"):
-            catalog.load("sm90")
-    finally:
-        catalog.load.cache_clear()
+def test_the_catalog_flag_must_be_a_boolean(load_edited_catalog):
+    with pytest.raises(ValueError, match="mma_in_flight = 1: true or false"):
+        load_edited_catalog("mma_in_flight = true", "mma_in_flight = 1")

@@ -169,3 +169,8 @@ def test_a_tiles_least_m_and_k_are_whole_numbers(value):
     for key in ("min_m", "min_k"):
         with pytest.raises(ValueError, match=f"x.toml: tile \\[1\\] {key} = .*: a whole number of at least 1"):
             catalog._mk_bounds({"threadblock": [1], key: value}, "x.toml")
+
+
+def test_loading_a_catalog_checks_its_least_m_and_k(load_edited_catalog):
+    with pytest.raises(ValueError, match="sm90.toml: tile \\[256, 192, 64\\] min_k = 0: a whole number"):
+        load_edited_catalog("min_k = 12288", "min_k = 0")

@@ -1,5 +1,6 @@
 """reference.kernel_medians_ms on a stand-in for CuPy (no GPU): each contestant's median per
-call, and turns that rotate, so no peer always runs first or last after the others."""
+call, a spin before every timing, and turns that rotate (the order reversed every other
+cycle), so no peer always runs first, last, or after the same peer."""
 import sys
 import types
 
@@ -8,12 +9,14 @@ from cutlass_sparse import reference
 
 class _Clock:
     now = 0.0
+    log = []
 
 
 def _fake_cupy():
     class Event:
         def record(self):
             self.at = _Clock.now
+            _Clock.log.append("event")
 
         def synchronize(self):
             pass
@@ -24,6 +27,7 @@ def _fake_cupy():
 
         def __call__(self, grid, block, args):
             _Clock.now += 20.0   # the spin runs before the start event: outside every timing
+            _Clock.log.append("spin")
 
     cuda = types.SimpleNamespace(
         Event=Event, Device=lambda: types.SimpleNamespace(id=0),
@@ -32,26 +36,36 @@ def _fake_cupy():
     return types.SimpleNamespace(RawKernel=Kernel, cuda=cuda, int64=int)
 
 
-def test_each_contestant_gets_its_own_median_and_the_first_turn_rotates(monkeypatch):
+def test_each_contestant_gets_its_own_median_and_the_turns_rotate(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
-    order = []
+    _Clock.log = []
+    calls_per_timing, replays = 4, 6
+    # a call's cost grows with the replay it falls in: replay r costs base * (r + 1) per call,
+    # so the median (replay 3 of 0..5, sorted) is base * 4, the minimum base * 1
+    costs = {"ours": 0.5, "dense": 0.75, "cslt": 1.0}
+    counts = {name: 0 for name in costs}
 
-    def contestant(name, ms):
+    def contestant(name):
         def call():
-            order.append(name)
-            _Clock.now += ms
+            _Clock.log.append(name)
+            replay = max(0, counts[name] - 1) // calls_per_timing   # the first call is the warm-up
+            counts[name] += 1
+            _Clock.now += costs[name] * (replay + 1)
         return call
 
-    costs = {"ours": 1.0, "dense": 1.5, "cslt": 2.0}
-    fns = {name: contestant(name, ms) for name, ms in costs.items()}
-    medians = reference.kernel_medians_ms(fns, calls=4, replays=6)
-    assert medians == costs
-    timed = order[3:]                                  # after one warm-up call each
-    assert len(timed) == 6 * 3 * 4
-    firsts = [timed[r * 12] for r in range(6)]         # who opened each replay
-    assert firsts == ["ours", "dense", "cslt", "ours", "dense", "cslt"]
-    lasts = [timed[r * 12 + 11] for r in range(6)]
-    assert sorted(set(lasts)) == ["cslt", "dense", "ours"]
+    medians = reference.kernel_medians_ms({name: contestant(name) for name in costs}, calls=calls_per_timing,
+                                          replays=replays)
+    assert medians == {name: base * 4 for name, base in costs.items()}
+    timed = _Clock.log[3:]                                      # after one warm-up call each
+    blocks = [timed[i:i + 1 + 1 + calls_per_timing + 1] for i in range(0, len(timed), 7)]
+    assert len(blocks) == replays * 3
+    for block in blocks:   # spin, start event, the calls, stop event: the spin outside the timing
+        assert block[:2] == ["spin", "event"] and block[-1] == "event" and len(set(block[2:-1])) == 1
+    order = [block[2] for block in blocks]
+    firsts = order[::3]
+    assert firsts == ["ours", "dense", "cslt", "cslt", "dense", "ours"]
+    followers = {(order[i], order[i + 1]) for i in range(len(order) - 1) if i % 3 != 2}
+    assert ("ours", "dense") in followers and ("dense", "ours") in followers
 
 
 def test_one_contestant_is_timed_as_before(monkeypatch):

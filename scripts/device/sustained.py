@@ -3,7 +3,8 @@
 back to back for --heat seconds (the card reaches its power cap), then --windows timings of
 about --window seconds each (median). Contestants: the library's pick, the same kernel
 drained (where the pick keeps wgmma in flight), the catalog's tile for the largest problems
-(256x192x64 drained, by config), and cuSPARSELt; their order rotates each round. Every
+(256x192x64 drained, by config; where the pick is that tile, the catalog's first tile
+instead), and cuSPARSELt; their order rotates each round. Every
 result is checked against the dense one first (GPU machine; session 28).
 
     python scripts/device/sustained.py [--rows f16:16384x16384x16384,bf16:8192x8192x8192] [--rounds 2]
@@ -32,7 +33,9 @@ TOLERANCE = {"f16": 2e-3, "bf16": 1.2e-2}
 
 
 def rivals(dtype, m, n, k) -> dict:
-    """name -> config for our kernels at this row (None: the library's own call)."""
+    """name -> config for our kernels at this row (None: the library's own call): the pick,
+    drained where it keeps wgmma in flight, and the tall tile, or where the pick is the tall
+    tile, the catalog's first tile (128x256x64 in flight, what selection took before)."""
     pick = library_pick(dtype, m, n, k)
     found = {"pick": None}
     if pick.mma_in_flight:
@@ -41,6 +44,8 @@ def rivals(dtype, m, n, k) -> dict:
     tall = fam.config(fam.mk_bounds[0][0], dtype, dtype, "row", 8, 8, reads_c=False)
     if pick.threadblock != tall.threadblock:
         found["tall"] = tall
+    else:
+        found["wide"] = fam.config(fam.tiles[0], dtype, dtype, "row", 8, 8, reads_c=False)
     return found
 
 
