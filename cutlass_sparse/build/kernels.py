@@ -208,7 +208,8 @@ def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) ->
         _say_compiling(config, arch, cache)
     compiled = compiler.compile_to_cubin(emitted.source, config.name, options, emitted.headers)
     log.info("compiled %s for %s in %.1f s", config.name, arch, compiled.seconds)
-    for note in compiled.performance_notes:   # correct, but slower than its tile should run
+    notes = compiled.performance_notes
+    for note in notes:   # correct, but slower than its tile should run
         log.warning("%s for %s: ptxas %s", config.name, arch, note)
     constants = {c: cubin.read_int32(compiled.cubin, f"{config.name}_{c}") for c in emitted.constants}
     for symbol, expected in emitted.entries.items():
@@ -222,7 +223,7 @@ def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) ->
                 config.name, f"entry {symbol} takes {got} parameter bytes; the launcher passes {expected}",
                 options, compiler.dump_source(emitted.source, config.name))
     meta = {"constants": constants, "compile_seconds": round(compiled.seconds, 3),
-            "ptxas_notes": list(compiled.performance_notes),
+            "ptxas_notes": list(notes),
             "config": config.to_json(), "toolchain": env.toolchain_identity()}
     cache.put(key, config.name, arch, compiled.cubin, meta)
     return CompiledKernel(config, arch, key, compiled.cubin, constants, False, compiled.seconds)

@@ -23,12 +23,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cupy  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse import reference  # noqa: E402
-from cutlass_sparse.describe import catalog, dtypes  # noqa: E402
+from cutlass_sparse.describe import dtypes  # noqa: E402
+from sustained import library_pick, tall_rival  # noqa: E402
 from cutlass_sparse.cli.bench import cusparselt  # noqa: E402
 
 FIELDS = "timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active"
@@ -76,11 +78,7 @@ def main() -> int:
     assert reference.relative_error(cupy.from_dlpack(out), ref) < tolerance
     calls = {"ours": lambda: cs.matmul(sw, x, out=y), "cuSPARSELt": peer}
     if args.tall:
-        fam = catalog.load("sm90")
-        rival = fam.config(fam.mk_bounds[0][0], args.dtype, args.dtype, "row", 8, 8, reads_c=False)
-        if rival.name == info["config"]:
-            rival = fam.config(fam.tiles[0], args.dtype, args.dtype, "row", 8, 8, reads_c=False)
-        label = "tall" if rival.threadblock == fam.mk_bounds[0][0][0] else "wide"
+        label, rival = tall_rival(args.dtype, library_pick(args.dtype, m, n, k).threadblock)
         y_rival = cs.matmul(sw, x, config=rival)
         assert reference.relative_error(y_rival, ref) < tolerance
         print(f"{label}: {rival.name}")

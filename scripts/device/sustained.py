@@ -32,20 +32,25 @@ ROWS = ("f16:16384x16384x16384,bf16:16384x16384x16384,f16:8192x8192x8192,bf16:81
 TOLERANCE = {"f16": 2e-3, "bf16": 1.2e-2}
 
 
+def tall_rival(dtype, pick_threadblock) -> tuple[str, object]:
+    """("tall", the catalog's tile for the largest problems), or where the pick already is
+    that tile, ("wide", the catalog's first tile: 128x256x64 in flight, the pick before);
+    row-major x and D, no C (power_bursts.py --tall uses it too)."""
+    fam = catalog.load("sm90")
+    tall = fam.mk_bounds[0][0]
+    label, tile = ("tall", tall) if pick_threadblock != tall[0] else ("wide", fam.tiles[0])
+    return label, fam.config(tile, dtype, dtype, "row", 8, 8, reads_c=False)
+
+
 def rivals(dtype, m, n, k) -> dict:
     """name -> config for our kernels at this row (None: the library's own call): the pick,
-    drained where it keeps wgmma in flight, and the tall tile, or where the pick is the tall
-    tile, the catalog's first tile (128x256x64 in flight, what selection took before)."""
+    drained where it keeps wgmma in flight, and tall_rival."""
     pick = library_pick(dtype, m, n, k)
     found = {"pick": None}
     if pick.mma_in_flight:
         found["drained"] = dataclasses.replace(pick, mma_in_flight=False)
-    fam = catalog.load("sm90")
-    tall = fam.config(fam.mk_bounds[0][0], dtype, dtype, "row", 8, 8, reads_c=False)
-    if pick.threadblock != tall.threadblock:
-        found["tall"] = tall
-    else:
-        found["wide"] = fam.config(fam.tiles[0], dtype, dtype, "row", 8, 8, reads_c=False)
+    label, rival = tall_rival(dtype, pick.threadblock)
+    found[label] = rival
     return found
 
 
