@@ -74,3 +74,40 @@ def test_one_contestant_is_timed_as_before(monkeypatch):
     def call():
         _Clock.now += 0.25
     assert reference.kernel_median_ms(call, calls=20, replays=5) == 0.25
+
+
+def _checked(*names):
+    """The profiler's checked candidates: (choice, status, call); a name ending in "!" fails
+    when launched, one starting "x" was dropped by its check."""
+    def call_of(name):
+        def call():
+            if name.endswith("!"):
+                raise RuntimeError(f"launch of {name} failed")
+            _Clock.now += {"a": 0.5, "b": 0.25}.get(name[0], 1.0)
+        return call
+    return [(name, "wrong: relative error 1e+00", None) if name.startswith("x") else (name, "ok", call_of(name))
+            for name in names]
+
+
+def test_the_profiler_times_its_candidates_taking_turns(monkeypatch):
+    from cutlass_sparse.profiler import tune
+
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    turns = []
+    in_turns = reference.kernel_medians_ms
+    monkeypatch.setattr(reference, "kernel_medians_ms", lambda fns, **kw: turns.append(list(fns)) or in_turns(fns, **kw))
+    problem = types.SimpleNamespace(m=1000, n=1000, k=1000)
+    rows = tune._time(problem, _checked("a", "x", "b"))
+    assert turns == [[0, 2]]     # the two that passed their check, in one set of turns
+    assert [(r.choice, r.ms, r.status) for r in rows] == [("a", 0.5, "ok"), ("x", None, "wrong: relative error 1e+00"),
+                                                          ("b", 0.25, "ok")]
+    assert rows[2].tflops == 2.0 * 1000 ** 3 / 0.25 / 1e9
+
+
+def test_a_launch_that_fails_in_the_turns_drops_only_its_candidate(monkeypatch):
+    from cutlass_sparse.profiler import tune
+
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    rows = tune._time(types.SimpleNamespace(m=8, n=8, k=16), _checked("a", "c!", "b"))
+    assert [(r.choice, r.ms) for r in rows] == [("a", 0.5), ("c!", None), ("b", 0.25)]
+    assert rows[1].status == "failed: launch of c! failed"

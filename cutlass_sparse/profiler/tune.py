@@ -6,9 +6,11 @@ force_profile=True, the CLI's --profile, warm-up's --tune); a recorded winner is
 every later call with that signature, in any process that opens the same cache.
 
 Timing: the candidates' kernels are compiled first (in parallel worker processes), then
-each runs on the same operands: one checked call, then kernel-only timing (20 calls
-queued behind a spin kernel, median of 7). Every candidate sees the same warm L2 state:
-the operands were just used by the previous candidate.
+each runs one checked call on the same operands; those that pass are timed kernel-only
+(20 calls queued behind a spin kernel, median of 7), taking turns (reference.kernel_medians_ms):
+timed one after another in blocks, a long problem's later candidates would run at a hotter,
+power-capped card than its first ones. Every candidate sees the same warm L2 state: the
+operands were just used by the previous candidate.
 """
 from __future__ import annotations
 
@@ -59,11 +61,12 @@ def tune(problem: Problem, sw, x, *, force: bool = False, jobs: int | None = Non
     with cupy.cuda.Device(p.device_id):
         expected = reference.activation(p.activation, reference.to_float32(sw.to_dense()) @ reference.to_float32(x))
         y = cupy.empty((p.m, p.n), dtype=dtypes.numpy_dtype(p.element_out))
-        rows = []
+        checked = []
         for i, choice in enumerate(choices):
-            rows.append(_time(timed, choice, sw, x, y, expected))
+            checked.append(_check(timed, choice, sw, x, y, expected))
             if progress:
-                progress(i + 1, len(choices), f"timed {choice.label}: {rows[-1].status}")
+                progress(i + 1, len(choices), f"checked {choice.label}: {checked[-1][1]}")
+        rows = _time(timed, checked)
     ok = [r for r in rows if r.ms is not None]
     if not ok:
         raise RuntimeError(f"no candidate ran {p.m}x{p.n}x{p.k} correctly: " + "; ".join(r.status for r in rows[:3]))
@@ -83,8 +86,8 @@ def profiled_choices(problem: Problem) -> list[Choice]:
             or selection.sm90_swizzle_capped(c.swizzle, c.tile[0], p.m, p.n, c.tile[3]) == c.swizzle]
 
 
-def _time(problem: Problem, choice: Choice, sw, x, y, expected) -> Row:
-    """One candidate: a checked call, then kernel-only timing."""
+def _check(problem: Problem, choice: Choice, sw, x, y, expected) -> tuple:
+    """One candidate's checked call: (choice, "ok", its call) or (choice, why it was dropped, None)."""
     try:
         plan = plans.make(problem, choice=choice)
 
@@ -95,11 +98,32 @@ def _time(problem: Problem, choice: Choice, sw, x, y, expected) -> Row:
         call()
         err = reference.relative_error(y, expected)
         if not err <= TOLERANCE[problem.element]:
-            return Row(choice, None, None, f"wrong: relative error {err:.1e}")
-        ms = reference.kernel_median_ms(call, calls=20, replays=7)
-        return Row(choice, ms, 2.0 * problem.m * problem.n * problem.k / ms / 1e9, "ok")
+            return choice, f"wrong: relative error {err:.1e}", None
+        return choice, "ok", call
     except Exception as exc:  # a candidate that cannot run this problem is reported, not fatal
-        return Row(choice, None, None, f"failed: {str(exc).splitlines()[0][:120]}")
+        return choice, _failed(exc), None
+
+
+def _time(problem: Problem, checked: list) -> list[Row]:
+    """Kernel-only times of the checked candidates, taking turns; where a launch fails while
+    they take turns, each is timed alone so that only the failing one is dropped."""
+    calls = {i: call for i, (_, _, call) in enumerate(checked) if call is not None}
+    try:
+        ms = reference.kernel_medians_ms(calls, calls=20, replays=7) if calls else {}
+    except Exception:
+        ms = {}
+        for i, call in calls.items():
+            try:
+                ms[i] = reference.kernel_median_ms(call, calls=20, replays=7)
+            except Exception as exc:
+                checked[i] = (checked[i][0], _failed(exc), None)
+    flop = 2.0 * problem.m * problem.n * problem.k
+    return [Row(choice, ms[i], flop / ms[i] / 1e9, status) if i in ms else Row(choice, None, None, status)
+            for i, (choice, status, _) in enumerate(checked)]
+
+
+def _failed(exc: Exception) -> str:
+    return f"failed: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}"
 
 
 def candidate_configs(choices, problem: Problem) -> list:
