@@ -121,6 +121,14 @@ def linear_out_layout(tokens: int, item: int) -> str:
     return "col" if (tokens * item) % 16 else "row"
 
 
+# The most of its tiles a swizzle may add as padding. CUTLASS's tile scheduler rounds both
+# tile counts up to whole swizzle groups (swizzle x cluster tiles) and runs the added tiles
+# through the whole mainloop on zeros: 128x256x64 tiles at 12288 x 4352 x 12288 (17 N tiles,
+# padded to 20 at swizzle 4) ran at 0.69x cuSPARSELt, 8192 x 8448 x 12288 (33 -> 36) at 0.80x
+# (docs/sustained_corners_h100_session29.log).
+SWIZZLE_PADDING = 0.03
+
+
 def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, cluster=(1, 1, 1)) -> int:
     """The tile scheduler's swizzle for a problem (it keeps the operand panels of
     neighbouring tiles in L2): 8 from three waves of tiles up where both tile counts are
@@ -130,12 +138,15 @@ def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, clust
     (+2% at 8192^3, +11% at 16384^3 with the earlier 256x128 tile); else the catalog's
     default (1: swizzling a few waves cost up to 3x). Never more than the clusters along
     either side: 256x128 tiles in 1x2 clusters at 1024 tokens (8 N tiles, 4 clusters) ran
-    at half speed with swizzle 8 and as 1 with 4 (docs/sweep_8bit_picks_round5_h100.log)."""
+    at half speed with swizzle 8 and as 1 with 4 (docs/sweep_8bit_picks_round5_h100.log);
+    never one whose padding passes SWIZZLE_PADDING."""
     tiles_m, tiles_n = cdiv(m, threadblock[0]), cdiv(n, threadblock[1])
     tiles, clusters = tiles_m * tiles_n, sm90_clusters(threadblock, m, n, cluster)
     if tiles >= 3 * sm_count and tiles_m % 8 == 0 and tiles_n % 8 == 0 and clusters >= 8:
-        return 8
-    return 4 if tiles >= 8 * sm_count and clusters >= 4 else default
+        swizzle = 8
+    else:
+        swizzle = 4 if tiles >= 8 * sm_count and clusters >= 4 else default
+    return _unpadded(swizzle, threadblock, m, n, cluster)
 
 
 def sm90_clusters(threadblock, m: int, n: int, cluster=(1, 1, 1)) -> int:
@@ -145,10 +156,24 @@ def sm90_clusters(threadblock, m: int, n: int, cluster=(1, 1, 1)) -> int:
 
 def sm90_swizzle_capped(swizzle: int, threadblock, m: int, n: int, cluster=(1, 1, 1)) -> int:
     """A swizzle halved until it is no more than the clusters along the scarcer side (more
-    ran at half speed, see sm90_swizzle): for a profiled winner recorded at another M or N
-    of its signature's bucket."""
+    ran at half speed, see sm90_swizzle) and pads no more than SWIZZLE_PADDING: for a
+    profiled winner recorded at another M or N of its signature's bucket."""
     clusters = sm90_clusters(threadblock, m, n, cluster)
     while swizzle > 1 and swizzle > clusters:
+        swizzle //= 2
+    return _unpadded(swizzle, threadblock, m, n, cluster)
+
+
+def swizzle_padding(swizzle: int, threadblock, m: int, n: int, cluster=(1, 1, 1)) -> float:
+    """The share of tiles CUTLASS's tile scheduler adds at this swizzle: it rounds the tile
+    counts (whole clusters) up to whole groups of swizzle clusters, along M and along N."""
+    blocks_m, blocks_n = round_up(cdiv(m, threadblock[0]), cluster[0]), round_up(cdiv(n, threadblock[1]), cluster[1])
+    padded = round_up(blocks_m, swizzle * cluster[0]) * round_up(blocks_n, swizzle * cluster[1])
+    return padded / (blocks_m * blocks_n) - 1.0
+
+
+def _unpadded(swizzle: int, threadblock, m: int, n: int, cluster) -> int:
+    while swizzle > 1 and swizzle_padding(swizzle, threadblock, m, n, cluster) > SWIZZLE_PADDING:
         swizzle //= 2
     return swizzle
 

@@ -54,6 +54,31 @@ def rivals(dtype, m, n, k) -> dict:
     return found
 
 
+def sustained_ms(calls: dict, rounds: int, heat: float, window: float, windows: int) -> dict:
+    """name -> one ms per call for each round: each contestant runs back to back for `heat`
+    seconds, then `windows` timings of about `window` seconds (median); the order rotates
+    each round."""
+    import cupy
+
+    from cutlass_sparse import reference
+
+    timed = {name: [] for name in calls}
+    order = list(calls)
+    for round_ in range(rounds):
+        for i in range(len(order)):
+            name = order[(round_ + i) % len(order)]
+            call = calls[name]
+            per_call = reference.kernel_median_ms(call, calls=3, replays=1)
+            count = max(3, round(window * 1e3 / per_call))
+            heat_until = time.time() + heat
+            while time.time() < heat_until:
+                for _ in range(count):
+                    call()
+                cupy.cuda.Device().synchronize()
+            timed[name].append(reference.kernel_median_ms(call, calls=count, replays=windows))
+    return timed
+
+
 def parse_rows(text):
     return [(d, tuple(map(int, s.split("x")))) for d, s in (item.split(":") for item in text.split(","))]
 
@@ -107,20 +132,7 @@ def main() -> int:
             assert reference.relative_error(cupy.from_dlpack(out), ref) <= TOLERANCE[dtype]
         del ref
         flops = 2.0 * m * n * k
-        timed = {name: [] for name in calls}
-        order = list(calls)
-        for round_ in range(args.rounds):
-            for i in range(len(order)):
-                name = order[(round_ + i) % len(order)]
-                call = calls[name]
-                per_call = reference.kernel_median_ms(call, calls=3, replays=1)
-                count = max(3, round(args.window * 1e3 / per_call))
-                heat_until = time.time() + args.heat
-                while time.time() < heat_until:
-                    for _ in range(count):
-                        call()
-                    cupy.cuda.Device().synchronize()
-                timed[name].append(reference.kernel_median_ms(call, calls=count, replays=args.windows))
+        timed = sustained_ms(calls, args.rounds, args.heat, args.window, args.windows)
         ms = {name: statistics.median(t) for name, t in timed.items()}
         print(f"\n{dtype} {m}x{n}x{k}", flush=True)
         for name in calls:

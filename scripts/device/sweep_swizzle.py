@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""The tile scheduler's swizzle against its padding (session 29): CUTLASS rounds both tile
+counts up to whole groups of swizzle x cluster tiles and runs the added tiles on zeros.
+For each row, the library's pick (and with --tall the catalog's tile for the largest
+problems) at swizzle 8, 4, 2 and 1, and cuSPARSELt; every result checked against dense
+first. Short timings (the bench's: 20 calls behind a spin, median of 15, taking turns),
+and with --heat S the sustained ones of sustained.py as well (GPU machine).
+
+    python scripts/device/sweep_swizzle.py [--rows f16:5120x8192x5120,...] [--tall] [--heat 1.2]
+    python scripts/device/sweep_swizzle.py --compile-only [--tall]      # CPU machine: the kernels
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cutlass_sparse.build import warmup  # noqa: E402
+from cutlass_sparse.describe import catalog, dtypes, selection  # noqa: E402
+from sustained import TOLERANCE, parse_rows, sustained_ms  # noqa: E402
+from sweep_8bit_picks import library_pick  # noqa: E402
+
+ROWS = ("f16:5120x8192x5120,f16:5120x4096x13824,f16:13824x4096x5120,f16:3072x8192x3072,f16:7168x4096x7168,"
+        "f16:12288x4352x12288,f16:8192x8448x12288,f16:8448x8192x8192,f16:11008x4096x4096,f16:8192x8192x8192,"
+        "bf16:5120x8192x5120")
+SWIZZLES = (8, 4, 2, 1)
+
+
+def contestants(dtype, m, n, k, tall: bool) -> dict:
+    """name -> config: each tile at each swizzle CUTLASS keeps for this shape (a swizzle
+    it would cut to a smaller one repeats that one's run)."""
+    pick = library_pick(dtype, m, n, k)
+    tiles = {"pick": pick}
+    fam = catalog.load("sm90")
+    if tall and pick.threadblock != fam.mk_bounds[0][0][0]:
+        tiles["tall"] = fam.config(fam.mk_bounds[0][0], dtype, dtype, "row", 8, 8, reads_c=False)
+    found = {}
+    for label, config in tiles.items():
+        heuristic = selection.sm90_swizzle(config.threadblock, m, n, 132, 1, config.cluster)
+        for s in SWIZZLES:
+            if selection.sm90_clusters(config.threadblock, m, n, config.cluster) < s:
+                continue
+            padding = selection.swizzle_padding(s, config.threadblock, m, n, config.cluster)
+            mark = "*" if s == heuristic else " "
+            found[f"{label} s{s}{mark} pad {padding:4.0%}"] = dataclasses.replace(config, swizzle=s)
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=ROWS, help="dtype:MxNxK, comma-separated")
+    parser.add_argument("--tall", action="store_true", help="the tile for the largest problems too")
+    parser.add_argument("--heat", type=float, default=0.0, help="> 0: sustained timings as well")
+    parser.add_argument("--compile-only", action="store_true", help="CPU machine: compile the kernels")
+    args = parser.parse_args()
+    if args.compile_only:
+        items = {c.name: (c, "sm_90a") for dtype, (m, n, k) in parse_rows(args.rows)
+                 for c in contestants(dtype, m, n, k, args.tall).values()}
+        for name, _, status, seconds in warmup.compile_all(list(items.values()), None, 2):
+            print(f"{status[:200]:12} {seconds:6.1f} s {name}", flush=True)
+        return 0
+
+    import cupy
+
+    import cutlass_sparse as cs
+    from cutlass_sparse import reference
+    from cutlass_sparse.cli.bench import cusparselt
+
+    rng = cupy.random.default_rng(0)
+    print("* the swizzle selection gives; pad: the tiles CUTLASS's scheduler adds", flush=True)
+    for dtype, (m, n, k) in parse_rows(args.rows):
+        np_dtype = dtypes.numpy_dtype(dtype)
+        w = cs.prune_2to4(dtypes.from_float32(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
+        x = dtypes.from_float32(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
+        sw = cs.compress(w)
+        ref = reference.to_float32(cupy.matmul(w, x))
+        calls, names = {}, {}
+        for name, config in contestants(dtype, m, n, k, args.tall).items():
+            y = cupy.empty((m, n), np_dtype)
+            info = {}
+            cs.matmul(sw, x, out=y, config=config, info=info)
+            err = reference.relative_error(y, ref)
+            assert err <= TOLERANCE[dtype], (name, info["config"], err)
+            calls[name] = (lambda y=y, config=config: cs.matmul(sw, x, out=y, config=config))
+            names[name] = info["config"]
+        peer = cusparselt(w, x)
+        if peer is not None:
+            calls["cslt"], out = peer
+            calls["cslt"]()
+            assert reference.relative_error(cupy.from_dlpack(out), ref) <= TOLERANCE[dtype]
+        del ref
+        flops = 2.0 * m * n * k
+        short = reference.kernel_medians_ms(calls, calls=20, replays=15)
+        held = ({name: statistics.median(t) for name, t in
+                 sustained_ms(calls, 2, args.heat, 0.4, 5).items()} if args.heat > 0 else {})
+        print(f"\n{dtype} {m}x{n}x{k}   TFLOP/s short" + ("   at the cap" if held else ""), flush=True)
+        for name in calls:
+            line = f"  {name:22} {flops / short[name] / 1e9:7.1f}"
+            if "cslt" in short:
+                line += f" ({short['cslt'] / short[name]:.3f})"
+            if held:
+                line += f"   {flops / held[name] / 1e9:7.1f}" + (f" ({held['cslt'] / held[name]:.3f})" if "cslt" in held else "")
+            if name in names:
+                line += "  " + names[name].split("_f32_")[1][:44]
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
