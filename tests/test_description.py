@@ -91,7 +91,7 @@ SM90_MEASURED = {
     (8192, 512, 28672): ((128, 256, 64), (2, 1, 1), "cooperative", 1),
     (14336, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
     (4096, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
-    (11008, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 4),
+    (11008, 4096, 4096): ((128, 256, 64), (2, 1, 1), "cooperative", 4),   # 86 M tiles padded to 88: 2.3%
     (4096, 4096, 11008): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
     (8192, 8192, 8192): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
     (28672, 4096, 8192): ((128, 256, 64), (2, 1, 1), "cooperative", 8),
@@ -271,8 +271,10 @@ def test_swizzle_never_pads_the_tiles_by_more_than_a_few_percent():
     assert selection.swizzle_padding(8, wide, 8192, 8192, c2x1) == 0.0
     swizzles = {(m, n): selection.sm90_swizzle(wide, m, n, 132, 1, c2x1)
                 for m, n in ((8192, 8192), (5120, 8192), (12288, 4352), (11008, 4096), (13824, 4096))}
-    # 11008: 86 M tiles padded to 88 at 4 (2.3%), within SWIZZLE_PADDING; 13824: 108 -> 112 at 4
+    # 11008: 86 M tiles padded to 88 at 4 (2.3%, kept); 13824: 108 -> 112 at 4 (3.7%), 108 at 2;
+    # 8448: 66 -> 68 at 2 (3.03%)
     assert swizzles == {(8192, 8192): 8, (5120, 8192): 4, (12288, 4352): 1, (11008, 4096): 4, (13824, 4096): 2}
+    assert selection.sm90_swizzle(wide, 8448, 8192, 132, 1, c2x1) == 1
     assert selection.sm90_swizzle_capped(8, wide, 5120, 8192, c2x1) == 4
 
 
@@ -315,22 +317,26 @@ def test_tall_tile_only_for_the_largest_problems(element):
     """256x192x64 (drained) ran 5-66% faster than 128x256x64 from M 12288, N 8193 and K
     24576 up (docs/sweep_tall_drained_round19_h100_session27.log); from K 12288 it is level
     in 20-call timings and 13-15% faster at the power cap (docs/sustained_h100_session28.log);
-    it trails at 8192^3 and where N or M is small: the catalog's min_m, min_n and min_k keep
-    it to M >= 12288, N > 8192 and K >= 12288, where the cost rule prefers it."""
+    since session 29 (docs/sustained_corners_h100_session29.log) from M 8192 and N's range
+    (4096, 8192] as well. It trails at 8192^3, 12288^2 x 8192 and where N or M is small: the
+    catalog's min_m, min_n and min_k keep it to M >= 8192, N > 4096 and K >= 12288, where the
+    cost rule prefers it."""
     fam = catalog.load(catalog.for_element("sm90", element))
     tall = next(t for t in fam.tiles if t[0] == (256, 192, 64))
     large_only = [limited for limited, _ in fam.mk_bounds]
     assert tall in large_only and fam.tiles[0] not in large_only
     won = [(16384, 16384, 24576), (16384, 16384, 32768), (12288, 12288, 32768), (16384, 9216, 32768),
            (16384, 10240, 24576), (12288, 8448, 24576), (12288, 8193, 24576), (16384, 16384, 16384),
-           (12288, 12288, 12288)]
-    lost = [(8192, 8192, 8192), (16384, 8192, 32768), (8192, 16384, 32768), (16384, 8192, 16384),
-            (28672, 8192, 8192), (32768, 8192, 8192), (16384, 16384, 8192), (4096, 16384, 32768)]
+           (12288, 12288, 12288), (12288, 4352, 12288), (12288, 6144, 12288), (16384, 8192, 12288),
+           (8192, 8448, 12288), (8192, 16384, 12288), (8192, 12288, 16384), (16384, 8192, 16384),
+           (8192, 16384, 16384), (16384, 6144, 16384)]
+    lost = [(8192, 8192, 8192), (28672, 8192, 8192), (32768, 8192, 8192), (16384, 16384, 8192),
+            (12288, 12288, 8192), (4096, 16384, 32768), (5120, 4096, 13824), (11008, 4096, 4096)]
     for m, n, k in won:
         assert selection.choose_sm90(m, n, k, 132, None, element)[0] == tall, (m, n, k)
     for m, n, k in lost:
         assert selection.choose_sm90(m, n, k, 132, None, element)[0] != tall, (m, n, k)
-    assert fam.takes(tall, 12288, 16384, 12288) and not fam.takes(tall, 12287, 16384, 12288)
-    assert not fam.takes(tall, 12288, 8192, 12288) and not fam.takes(tall, 12288, 16384, 12287)
+    assert fam.takes(tall, 8192, 4097, 12288) and not fam.takes(tall, 8191, 16384, 12288)
+    assert not fam.takes(tall, 8192, 4096, 12288) and not fam.takes(tall, 8192, 16384, 12287)
     # no 8-bit catalog has such a tile: their picks stay
     assert not any(catalog.load(name).mk_bounds for name in ("sm90_fp8", "sm90_s8"))

@@ -458,7 +458,7 @@ def test_a_stand_in_keeps_to_the_catalog_bounds_of_its_tile():
     small = Problem.contiguous("sm90", 8192, 8192, 8192)
     wanted = as_config[wide]
     assert present._rank(as_config[tall], wanted, large)[0] is False
-    for m, n, k in ((8192, 8192, 8192), (8192, 16384, 32768), (16384, 16384, 8192)):   # N, M, K below its bounds
+    for m, n, k in ((16384, 4096, 32768), (4096, 16384, 32768), (16384, 16384, 8192)):   # N, M, K below its bounds
         assert present._rank(as_config[tall], wanted, Problem.contiguous("sm90", m, n, k))[0] is True, (m, n, k)
     assert present._rank(as_config[wide], wanted, small)[0] is False
     ranked = sorted(as_config.values(), key=lambda c: present._rank(c, wanted, small))

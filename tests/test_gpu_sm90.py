@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cutlass_sparse as cs
-from cutlass_sparse.describe import dtypes
+from cutlass_sparse.describe import catalog, dtypes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_cases  # noqa: E402
@@ -118,7 +118,7 @@ def test_kernels_with_wgmma_in_flight_match_dense(dtype):
 
 @pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
 def test_tiles_for_the_largest_problems_match_dense_at_any_size(dtype):
-    # selection takes 256x192x64 only from M 12288, N 8193 and K 12288 (operations/sm90.toml);
+    # selection takes 256x192x64 only from M 8192, N above 4096 and K 12288 (operations/sm90.toml);
     # a caller's config may name it at any size
     configs = gpu_cases.sm90_large_only_configs(dtype)
     assert [c.threadblock for c in configs] == [(256, 192, 64)]
@@ -129,6 +129,24 @@ def test_tiles_for_the_largest_problems_match_dense_at_any_size(dtype):
             y = cs.matmul(sw, x, out=poisoned((m, n), dtypes.numpy_dtype(dtype)), config=config, info=info)
             assert info["config"] == config.name
             check(y, w, x, dtype)
+
+
+@pytest.mark.parametrize("shape", [(3072, 8192, 256), (12288, 4352, 256)], ids=lambda s: "x".join(map(str, s)))
+def test_every_swizzle_matches_dense_where_the_scheduler_pads_the_tiles(shape):
+    # 24 M tiles in 2x1 clusters (groups of 16 at swizzle 8) and 17 N tiles: selection takes
+    # the swizzle that adds no tiles (selection.SWIZZLE_PADDING); a caller's config may name
+    # one that does, which runs the added tiles on zeros and must write none of them
+    import dataclasses
+
+    m, n, k = shape
+    w, sw, x = operands(m, n, k, "f16", "row", seed=m + n)
+    info = {}
+    check(cs.matmul(sw, x, out=poisoned((m, n), np.float16), info=info), w, x, "f16")
+    picked = catalog.find(info["config"])
+    assert picked.threadblock == (128, 256, 64)
+    for swizzle in (1, 2, 4, 8):
+        config = dataclasses.replace(picked, swizzle=swizzle)
+        check(cs.matmul(sw, x, out=poisoned((m, n), np.float16), config=config), w, x, "f16")
 
 
 def test_tiles_for_the_largest_problems_read_c_and_write_f32():

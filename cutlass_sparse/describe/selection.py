@@ -122,10 +122,13 @@ def linear_out_layout(tokens: int, item: int) -> str:
 
 
 # The most of its tiles a swizzle may add as padding. CUTLASS's tile scheduler rounds both
-# tile counts up to whole swizzle groups (swizzle x cluster tiles) and runs the added tiles
-# through the whole mainloop on zeros: 128x256x64 tiles at 12288 x 4352 x 12288 (17 N tiles,
-# padded to 20 at swizzle 4) ran at 0.69x cuSPARSELt, 8192 x 8448 x 12288 (33 -> 36) at 0.80x
-# (docs/sustained_corners_h100_session29.log).
+# tile counts up to whole groups (swizzle x cluster tiles) and runs the added tiles through
+# the whole mainloop on zeros, which costs more than their share: 128x256x64 tiles at
+# 12288 x 4352 x 12288 (17 N tiles) ran 1074 TFLOP/s at swizzle 1, 907 at 2 (6% added), 679
+# at 4 (18%); at 5120 x 8192 x 5120 (40 M tiles in 2x1 clusters: groups of 16 at swizzle 8)
+# 919 at 8 (20%) against 1087 at 4 (0%); at 8448 x 8192 x 8192 1003 at 2 (3.03%) against 1049
+# at 1. At 2-2.3% added the unpadded smaller swizzle was 0.5-1% faster at four shapes, within
+# noise (docs/sweep_swizzle_h100_session29.log): those keep their swizzle.
 SWIZZLE_PADDING = 0.03
 
 
