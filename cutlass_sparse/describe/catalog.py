@@ -53,6 +53,10 @@ class Family:
     # (tile, (least M, least K)) for tiles selection takes only from that M and K up (catalog
     # keys min_m and min_k): the largest problems, where their sweeps measured them ahead
     mk_bounds: tuple[tuple[tuple, tuple[int, int]], ...] = ()
+    # (tile, most waves) for tiles selection takes only while the problem is at most that many
+    # waves of them over the SMs (catalog key max_waves): a small tile whose only gain is a
+    # finer last wave, measured behind a larger one once there are more waves
+    wave_bounds: tuple[tuple[tuple, float], ...] = ()
     # tiles whose kernels keep one wgmma batch in flight (SparseGemmConfig.mma_in_flight;
     # catalog key mma_in_flight): where the H100 measured it ahead. It costs a stage of
     # prefetch (a stage is released one k-tile later), which lost 6% on a 4-stage tile.
@@ -75,10 +79,14 @@ class Family:
         """Whether selection may take this tile for N's range ending at n (selection.n_range)."""
         return all(least <= n <= most for limited, (least, most) in self.n_bounds if limited == tile)
 
-    def takes(self, tile, m: int, n: int, k: int) -> bool:
-        """takes_n, and M and K at least the tile's min_m and min_k."""
-        return self.takes_n(tile, n) and all(m >= least_m and k >= least_k
-                                             for limited, (least_m, least_k) in self.mk_bounds if limited == tile)
+    def takes(self, tile, m: int, n: int, k: int, sm_count: int) -> bool:
+        """takes_n, M and K at least the tile's min_m and min_k, and no more than its
+        max_waves of tiles (whole clusters of them) over sm_count SMs."""
+        tm, tn, cm, cn = tile[0][0], tile[0][1], tile[3][0], tile[3][1]
+        tiles = -(-m // (tm * cm)) * cm * -(-n // (tn * cn)) * cn
+        return self.takes_n(tile, n) and all(
+            m >= least_m and k >= least_k for limited, (least_m, least_k) in self.mk_bounds if limited == tile
+        ) and all(tiles <= most * sm_count for limited, most in self.wave_bounds if limited == tile)
 
     def allows(self, tile, element: str, element_out: str) -> bool:
         return self._refusal(tile, element, element_out) is None
@@ -146,6 +154,13 @@ def _mk_bounds(tile: dict, path) -> tuple[int, int]:
     return bounds[0], bounds[1]
 
 
+def _max_waves(tile: dict, path) -> float:
+    value = tile["max_waves"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{path}: tile {tile['threadblock']} max_waves = {value!r}: a number above 0")
+    return float(value)
+
+
 def _flag(tile: dict, key: str, path) -> bool:
     value = tile.get(key, False)
     if not isinstance(value, bool):
@@ -175,6 +190,7 @@ def load(family: str) -> Family:
         subtiles=tuple((tile(t), tuple(t["epilogue_tile"])) for t in data["tile"] if "epilogue_tile" in t),
         n_bounds=tuple((tile(t), _n_bounds(t, path)) for t in data["tile"] if "min_n" in t or "max_n" in t),
         mk_bounds=tuple((tile(t), _mk_bounds(t, path)) for t in data["tile"] if "min_m" in t or "min_k" in t),
+        wave_bounds=tuple((tile(t), _max_waves(t, path)) for t in data["tile"] if "max_waves" in t),
         in_flight=tuple(tile(t) for t in data["tile"] if _flag(t, "mma_in_flight", path)),
         direct_store=tuple(tile(t) for t in data["tile"] if _flag(t, "direct_store", path)),
     )

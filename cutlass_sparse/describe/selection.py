@@ -100,7 +100,7 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
             continue
         if tile[0][1] < 32 and n > tile[0][1]:   # 16-wide tiles: timed for decode (one N tile) only
             continue
-        if not family.takes(tile, m, n, k):
+        if not family.takes(tile, m, n, k, sm_count):
             continue
         streamk = tile[5] == "streamk"
         if split_k is not None:
@@ -126,10 +126,11 @@ def linear_out_layout(tokens: int, item: int) -> str:
 # the whole mainloop on zeros, which costs more than their share: 128x256x64 tiles at
 # 12288 x 4352 x 12288 (17 N tiles) ran 1074 TFLOP/s at swizzle 1, 907 at 2 (6% added), 679
 # at 4 (18%); at 5120 x 8192 x 5120 (40 M tiles in 2x1 clusters: groups of 16 at swizzle 8)
-# 919 at 8 (20%) against 1087 at 4 (0%); at 8448 x 8192 x 8192 1003 at 2 (3.03%) against 1049
-# at 1. At 2-2.3% added the unpadded smaller swizzle was 0.5-1% faster at four shapes, within
-# noise (docs/sweep_swizzle_h100_session29.log): those keep their swizzle.
-SWIZZLE_PADDING = 0.03
+# 919 at 8 (20%) against 1087 at 4 (0%). Even 2-3% cost more than a smaller swizzle gains:
+# 12544 x 4096 x 4096 1045 at 2 (2%) / 1099 at 1, 18944 x 4096 x 3584 1046 at 4 (2.7%) / 1090
+# at 2, 256x192x64 at 16384^3 1009 at 4 (2.3%) / 1023 at 2 (bf16 1038 / 1069)
+# (docs/sweep_swizzle_h100_session29.log, docs/sweep_square_tile*_h100_session29.log).
+SWIZZLE_PADDING = 0.01
 
 
 def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, cluster=(1, 1, 1)) -> int:

@@ -56,10 +56,10 @@ def _rank(config, wanted, p: Problem) -> tuple:
     outside = False
     if config.family == "sm90":
         cost = selection.sm90_tile_cost(config.threadblock, config.cluster, 1, p.m, p.n, p.k, p.sm_count)
-        # a tile the catalog keeps to other problems (min_n, max_n, min_m, min_k) only where
+        # a tile the catalog keeps to other problems (min_n, max_n, min_m, min_k, max_waves) only where
         # nothing else is cached
         fam = catalog.load(catalog.for_element("sm90", config.element))
-        outside = not any(fam.takes(t, p.m, selection.n_range(p.n), p.k) for t in fam.tiles
+        outside = not any(fam.takes(t, p.m, selection.n_range(p.n), p.k, p.sm_count) for t in fam.tiles
                           if (t[0], t[3], t[4]) == (config.threadblock, config.cluster, config.schedule))
     else:
         cost = selection.cost(config.threadblock, cdiv(p.m, 32) * 32, p.n, p.k, p.sm_count)

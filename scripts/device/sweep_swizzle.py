@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The tile scheduler's swizzle against its padding (session 29): CUTLASS rounds both tile
 counts up to whole groups of swizzle x cluster tiles and runs the added tiles on zeros.
-For each row, the library's pick (and with --tall the catalog's tile for the largest
-problems) at swizzle 8, 4, 2 and 1, and cuSPARSELt; every result checked against dense
+For each row, the library's pick (and with --rivals other catalog tiles) at swizzle 8, 4,
+2 and 1, and cuSPARSELt; every result checked against dense
 first. Short timings (the bench's: 20 calls behind a spin, median of 15, taking turns),
 and with --heat S the sustained ones of sustained.py as well (GPU machine).
 
-    python scripts/device/sweep_swizzle.py [--rows f16:5120x8192x5120,...] [--tall] [--heat 1.2]
-    python scripts/device/sweep_swizzle.py --compile-only [--tall]      # CPU machine: the kernels
+    python scripts/device/sweep_swizzle.py [--rows f16:5120x8192x5120,...] [--rivals tall,wide] [--heat 1.2]
+    python scripts/device/sweep_swizzle.py --compile-only [--rivals tall]      # CPU machine: the kernels
 """
 from __future__ import annotations
 
@@ -31,14 +31,18 @@ ROWS = ("f16:5120x8192x5120,f16:5120x4096x13824,f16:13824x4096x5120,f16:3072x819
 SWIZZLES = (8, 4, 2, 1)
 
 
-def contestants(dtype, m, n, k, tall: bool) -> dict:
-    """name -> config: each tile at each swizzle CUTLASS keeps for this shape (a swizzle
-    it would cut to a smaller one repeats that one's run)."""
+def contestants(dtype, m, n, k, rivals=()) -> dict:
+    """name -> config: the pick and each rival ("tall": the catalog's tile for the largest
+    problems, "wide": its first tile, 128x256x64 c2x1 in flight, "square": 128x128x128 c1x2 in
+    flight) at each swizzle CUTLASS keeps
+    for this shape (a swizzle it would cut to a smaller one repeats that one's run)."""
     pick = library_pick(dtype, m, n, k)
     tiles = {"pick": pick}
     fam = catalog.load("sm90")
-    if tall and pick.threadblock != fam.mk_bounds[0][0][0]:
-        tiles["tall"] = fam.config(fam.mk_bounds[0][0], dtype, dtype, "row", 8, 8, reads_c=False)
+    square = next(t for t in fam.tiles if t[0] == (128, 128, 128) and t[3] == (1, 2, 1))
+    for rival, tile in (("tall", fam.mk_bounds[0][0]), ("wide", fam.tiles[0]), ("square", square)):
+        if rival in rivals and (pick.threadblock, pick.cluster) != (tile[0], tile[3]):
+            tiles[rival] = fam.config(tile, dtype, dtype, "row", 8, 8, reads_c=False)
     found = {}
     for label, config in tiles.items():
         heuristic = selection.sm90_swizzle(config.threadblock, m, n, 132, 1, config.cluster)
@@ -54,13 +58,13 @@ def contestants(dtype, m, n, k, tall: bool) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=ROWS, help="dtype:MxNxK, comma-separated")
-    parser.add_argument("--tall", action="store_true", help="the tile for the largest problems too")
+    parser.add_argument("--rivals", default="", help="tall, wide, square: other tiles timed beside the pick")
     parser.add_argument("--heat", type=float, default=0.0, help="> 0: sustained timings as well")
     parser.add_argument("--compile-only", action="store_true", help="CPU machine: compile the kernels")
     args = parser.parse_args()
     if args.compile_only:
         items = {c.name: (c, "sm_90a") for dtype, (m, n, k) in parse_rows(args.rows)
-                 for c in contestants(dtype, m, n, k, args.tall).values()}
+                 for c in contestants(dtype, m, n, k, args.rivals.split(',')).values()}
         for name, _, status, seconds in warmup.compile_all(list(items.values()), None, 2):
             print(f"{status[:200]:12} {seconds:6.1f} s {name}", flush=True)
         return 0
@@ -80,7 +84,7 @@ def main() -> int:
         sw = cs.compress(w)
         ref = reference.to_float32(cupy.matmul(w, x))
         calls, names = {}, {}
-        for name, config in contestants(dtype, m, n, k, args.tall).items():
+        for name, config in contestants(dtype, m, n, k, args.rivals.split(',')).items():
             y = cupy.empty((m, n), np_dtype)
             info = {}
             cs.matmul(sw, x, out=y, config=config, info=info)
