@@ -176,3 +176,24 @@ def test_a_tiles_least_m_and_k_are_whole_numbers(value):
 def test_loading_a_catalog_checks_its_least_m_and_k(load_edited_catalog):
     with pytest.raises(ValueError, match="sm90.toml: tile \\[256, 192, 64\\] min_k = 0: a whole number"):
         load_edited_catalog("min_k = 12288", "min_k = 0")
+
+
+@pytest.mark.parametrize("value", [0, -1, "3", True])
+def test_a_tiles_most_waves_is_a_number_above_zero(value, load_edited_catalog):
+    assert catalog._max_waves({"threadblock": [1], "max_waves": 2.5}, "x.toml") == 2.5
+    with pytest.raises(ValueError, match="sm90.toml: tile \\[128, 128, 128\\] max_waves = .*: a number above 0"):
+        load_edited_catalog("max_waves = 3", f"max_waves = {value!r}".replace("'", '"').replace("True", "true"))
+
+
+def test_the_square_tile_is_taken_up_to_three_waves_of_it():
+    # 128x128x128 c1x2 ran 7-32% behind 128x256x64 c2x1 from about 4.4 waves of its tiles
+    # (5120 x 2048: 640 tiles) and led at 2.9 and fewer (docs/sweep_square_tile*_h100_session29.log)
+    fam = catalog.load("sm90")
+    square = next(t for t in fam.tiles if t[0] == (128, 128, 128) and t[3] == (1, 2, 1))
+    assert fam.takes(square, 6144, 1024, 4096, 132) and fam.takes(square, 1024, 2048, 4096, 132)
+    assert not fam.takes(square, 5120, 2048, 4096, 132) and not fam.takes(square, 4608, 2048, 4096, 132)
+    assert fam.takes(square, 5120, 2048, 4096, 264)    # the bound is in waves: twice the SMs, twice the tiles
+    for m, n, k in ((5120, 2048, 13824), (4608, 1536, 4096)):
+        assert selection.choose_sm90(m, n, k, 132)[0][0] == (128, 256, 64), (m, n, k)
+    for m, n, k in ((1024, 2048, 4096), (5120, 1024, 13824), (11008, 512, 4096)):
+        assert selection.choose_sm90(m, n, k, 132)[0] == square, (m, n, k)

@@ -54,6 +54,38 @@ def rivals(dtype, m, n, k) -> dict:
     return found
 
 
+def checked_calls(rng, dtype, m, n, k, configs: dict) -> tuple[dict, dict]:
+    """(name -> call, name -> kernel name) for a random 2:4 weight and x of this shape: each
+    config (None: the library's own choice) and cuSPARSELt where torch has it, every result
+    checked against dense first."""
+    import cupy
+
+    import cutlass_sparse as cs
+    from cutlass_sparse import reference
+    from cutlass_sparse.cli.bench import cusparselt
+
+    np_dtype = dtypes.numpy_dtype(dtype)
+    w = cs.prune_2to4(dtypes.from_float32(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
+    x = dtypes.from_float32(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
+    sw = cs.compress(w)
+    ref = reference.to_float32(cupy.matmul(w, x))
+    calls, names = {}, {}
+    for name, config in configs.items():
+        y = cupy.empty((m, n), np_dtype)
+        info = {}
+        cs.matmul(sw, x, out=y, config=config, info=info)
+        err = reference.relative_error(y, ref)
+        assert err <= TOLERANCE[dtype], (name, info["config"], err)
+        calls[name] = (lambda y=y, config=config: cs.matmul(sw, x, out=y, config=config))
+        names[name] = info["config"]
+    peer = cusparselt(w, x)
+    if peer is not None:
+        calls["cslt"], out = peer
+        calls["cslt"]()
+        assert reference.relative_error(cupy.from_dlpack(out), ref) <= TOLERANCE[dtype]
+    return calls, names
+
+
 def sustained_ms(calls: dict, rounds: int, heat: float, window: float, windows: int) -> dict:
     """name -> one ms per call for each round: each contestant runs back to back for `heat`
     seconds, then `windows` timings of about `window` seconds (median); the order rotates
@@ -103,34 +135,11 @@ def main() -> int:
 
     import cupy
 
-    import cutlass_sparse as cs
-    from cutlass_sparse import reference
-    from cutlass_sparse.cli.bench import cusparselt
-
     rng = cupy.random.default_rng(0)
     print(f"heat {args.heat} s, then {args.windows} timings of ~{args.window} s each (median), "
           f"{args.rounds} rounds, order rotating", flush=True)
     for dtype, (m, n, k) in rows:
-        np_dtype = dtypes.numpy_dtype(dtype)
-        w = cs.prune_2to4(dtypes.from_float32(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
-        x = dtypes.from_float32(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
-        sw = cs.compress(w)
-        ref = reference.to_float32(cupy.matmul(w, x))
-        calls, names = {}, {}
-        for name, config in rivals(dtype, m, n, k).items():
-            y = cupy.empty((m, n), np_dtype)
-            info = {}
-            cs.matmul(sw, x, out=y, config=config, info=info)
-            err = reference.relative_error(y, ref)
-            assert err <= TOLERANCE[dtype], (name, info["config"], err)
-            calls[name] = (lambda y=y, config=config: cs.matmul(sw, x, out=y, config=config))
-            names[name] = info["config"]
-        peer = cusparselt(w, x)
-        if peer is not None:
-            calls["cslt"], out = peer
-            calls["cslt"]()
-            assert reference.relative_error(cupy.from_dlpack(out), ref) <= TOLERANCE[dtype]
-        del ref
+        calls, names = checked_calls(rng, dtype, m, n, k, rivals(dtype, m, n, k))
         flops = 2.0 * m * n * k
         timed = sustained_ms(calls, args.rounds, args.heat, args.window, args.windows)
         ms = {name: statistics.median(t) for name, t in timed.items()}

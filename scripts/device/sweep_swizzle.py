@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cutlass_sparse.build import warmup  # noqa: E402
-from cutlass_sparse.describe import catalog, dtypes, selection  # noqa: E402
-from sustained import TOLERANCE, parse_rows, sustained_ms  # noqa: E402
+from cutlass_sparse.describe import catalog, selection  # noqa: E402
+from sustained import checked_calls, parse_rows, sustained_ms  # noqa: E402
 from sweep_8bit_picks import library_pick  # noqa: E402
 
 ROWS = ("f16:5120x8192x5120,f16:5120x4096x13824,f16:13824x4096x5120,f16:3072x8192x3072,f16:7168x4096x7168,"
@@ -71,33 +71,12 @@ def main() -> int:
 
     import cupy
 
-    import cutlass_sparse as cs
     from cutlass_sparse import reference
-    from cutlass_sparse.cli.bench import cusparselt
 
     rng = cupy.random.default_rng(0)
     print("* the swizzle selection gives; pad: the tiles CUTLASS's scheduler adds", flush=True)
     for dtype, (m, n, k) in parse_rows(args.rows):
-        np_dtype = dtypes.numpy_dtype(dtype)
-        w = cs.prune_2to4(dtypes.from_float32(rng.standard_normal((m, k), dtype=cupy.float32), np_dtype))
-        x = dtypes.from_float32(rng.standard_normal((k, n), dtype=cupy.float32), np_dtype)
-        sw = cs.compress(w)
-        ref = reference.to_float32(cupy.matmul(w, x))
-        calls, names = {}, {}
-        for name, config in contestants(dtype, m, n, k, args.rivals.split(',')).items():
-            y = cupy.empty((m, n), np_dtype)
-            info = {}
-            cs.matmul(sw, x, out=y, config=config, info=info)
-            err = reference.relative_error(y, ref)
-            assert err <= TOLERANCE[dtype], (name, info["config"], err)
-            calls[name] = (lambda y=y, config=config: cs.matmul(sw, x, out=y, config=config))
-            names[name] = info["config"]
-        peer = cusparselt(w, x)
-        if peer is not None:
-            calls["cslt"], out = peer
-            calls["cslt"]()
-            assert reference.relative_error(cupy.from_dlpack(out), ref) <= TOLERANCE[dtype]
-        del ref
+        calls, names = checked_calls(rng, dtype, m, n, k, contestants(dtype, m, n, k, args.rivals.split(',')))
         flops = 2.0 * m * n * k
         short = reference.kernel_medians_ms(calls, calls=20, replays=15)
         held = ({name: statistics.median(t) for name, t in
