@@ -69,7 +69,8 @@ def test_selection_prefers_big_tiles_for_big_problems_and_small_for_small():
 
 
 # The H100 sweeps of session 6 (docs/tune90_k64_h100.log; swizzles from
-# docs/tune90_raster_h100.log and docs/tune90_large_h100.log): (M, N, K) -> (tile, cluster, schedule) of the fastest
+# docs/tune90_raster_h100.log and docs/tune90_large_h100.log, 11008x4096x4096's from
+# docs/sweep_swizzle_h100_session29.log): (M, N, K) -> (tile, cluster, schedule) of the fastest
 # kernel, or one within 5% of it, and the swizzle that measured best.
 SM90_MEASURED = {
     # decode: 16-wide tiles of K 256 (docs/sweep_decode_n16_h100.log); n = 64: tile K 256

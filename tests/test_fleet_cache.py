@@ -447,6 +447,18 @@ def test_a_serving_node_finds_its_fleets_profiler_records(monkeypatch, tmp_path)
     records._recorded.cache_clear()
 
 
+def test_a_stand_in_keeps_to_the_wave_bound_of_its_tile():
+    # 128x128x128 c1x2 is for up to three waves of its tiles (catalog max_waves): a stand-in
+    # ranks it after the tiles the catalog offers where the problem has more
+    fam = catalog.load("sm90")
+    square = next(t for t in fam.tiles if t[0] == (128, 128, 128) and t[3] == (1, 2, 1))
+    config = fam.config(square, "f16", "f16", "row", 8, 8, reads_c=False)
+    wanted = fam.config(fam.tiles[0], "f16", "f16", "row", 8, 8, reads_c=False)
+    assert present._rank(config, wanted, Problem.contiguous("sm90", 5120, 2048, 4096))[0] is True
+    assert present._rank(config, wanted, Problem.contiguous("sm90", 1024, 2048, 4096))[0] is False
+    assert present._rank(config, wanted, Problem.contiguous("sm90", 5120, 2048, 4096, sm_count=264))[0] is False
+
+
 def test_a_stand_in_keeps_to_the_catalog_bounds_of_its_tile():
     # With compiling forbidden, a cached tile the catalog keeps to other problems (min_n /
     # max_n, min_m / min_k) ranks after every tile the catalog offers for this one.

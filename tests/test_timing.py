@@ -111,3 +111,38 @@ def test_a_launch_that_fails_in_the_turns_drops_only_its_candidate(monkeypatch):
     rows = tune._time(types.SimpleNamespace(m=8, n=8, k=16), _checked("a", "c!", "b"))
     assert [(r.choice, r.ms) for r in rows] == [("a", 0.5), ("c!", None), ("b", 0.25)]
     assert rows[1].status == "failed: launch of c! failed"
+
+
+def test_the_profilers_candidates_share_one_workspace(monkeypatch):
+    # A workspace per stream-K plan, all alive while they take turns, would hold about
+    # M x N x 4 bytes per split candidate at once (24 GiB at 16384^3): one, as large as the
+    # largest, serves them all; a plan that needs none runs the user's own path (None).
+    from cutlass_sparse.profiler import tune
+
+    class Space:
+        def __init__(self, nbytes, dtype):
+            self.nbytes = nbytes
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(empty=Space, uint8="uint8"))
+    monkeypatch.setattr(reference, "relative_error", lambda y, expected: 0.0)
+
+    class Plan:
+        def __init__(self, nbytes):
+            self.workspace_bytes, self.got = nbytes, []
+
+        def run(self, sw, x, y, c, workspace):
+            self.got.append(workspace)
+
+    made = [("a", Plan(0)), ("b", Plan(3 << 20)), ("c", "failed: no such tile"), ("d", Plan(1 << 20))]
+    shared = tune.shared_workspace(made)
+    assert shared.nbytes == 3 << 20
+    y = types.SimpleNamespace(fill=lambda value: None)
+    problem = types.SimpleNamespace(element="f16")
+    checked = [tune._check(problem, choice, plan, None, None, y, None, shared) for choice, plan in made]
+    assert [status for _, status, _ in checked] == ["ok", "ok", "failed: no such tile", "ok"]
+    for _, _, call in checked:
+        if call:
+            call()
+    assert [plan.got for _, plan in made if not isinstance(plan, str)] == [[None, None], [shared, shared],
+                                                                          [shared, shared]]
+    assert tune.shared_workspace([("a", Plan(0))]) is None

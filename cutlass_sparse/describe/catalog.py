@@ -81,7 +81,8 @@ class Family:
 
     def takes(self, tile, m: int, n: int, k: int, sm_count: int) -> bool:
         """takes_n, M and K at least the tile's min_m and min_k, and no more than its
-        max_waves of tiles (whole clusters of them) over sm_count SMs."""
+        max_waves of tiles (whole clusters of them) over sm_count SMs. Selection asks with
+        the end of N's range (selection.n_range), so waves are counted there."""
         tm, tn, cm, cn = tile[0][0], tile[0][1], tile[3][0], tile[3][1]
         tiles = -(-m // (tm * cm)) * cm * -(-n // (tn * cn)) * cn
         return self.takes_n(tile, n) and all(

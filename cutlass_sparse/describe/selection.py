@@ -136,20 +136,20 @@ SWIZZLE_PADDING = 0.01
 def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, cluster=(1, 1, 1)) -> int:
     """The tile scheduler's swizzle for a problem (it keeps the operand panels of
     neighbouring tiles in L2): 8 from three waves of tiles up where both tile counts are
-    multiples of 8 (measured +2 to 2.5% at 4096^3, 4096x4096x11008, 8192^3 and
-    28672x4096x8192 under all three raster orders, docs/tune90_raster_h100.log; with 86
-    M tiles, 11008x4096x4096, 8 fell out of the top five); else 4 from eight waves up
-    (+2% at 8192^3, +11% at 16384^3 with the earlier 256x128 tile); else the catalog's
-    default (1: swizzling a few waves cost up to 3x). Never more than the clusters along
-    either side: 256x128 tiles in 1x2 clusters at 1024 tokens (8 N tiles, 4 clusters) ran
-    at half speed with swizzle 8 and as 1 with 4 (docs/sweep_8bit_picks_round5_h100.log);
-    never one whose padding passes SWIZZLE_PADDING."""
+    multiples of 8 and the scheduler pads neither (in 2x1 clusters, M's groups are of 16)
+    (measured +2 to 2.5% at 4096^3, 4096x4096x11008, 8192^3 and 28672x4096x8192 under all
+    three raster orders, docs/tune90_raster_h100.log); else 4 from eight waves up (+2% at
+    8192^3, +11% at 16384^3 with the earlier 256x128 tile); else the catalog's default (1:
+    swizzling a few waves cost up to 3x). Never more than the clusters along either side:
+    256x128 tiles in 1x2 clusters at 1024 tokens (8 N tiles, 4 clusters) ran at half speed
+    with swizzle 8 and as 1 with 4 (docs/sweep_8bit_picks_round5_h100.log); and halved while
+    it pads the tile grid by more than SWIZZLE_PADDING."""
     tiles_m, tiles_n = cdiv(m, threadblock[0]), cdiv(n, threadblock[1])
     tiles, clusters = tiles_m * tiles_n, sm90_clusters(threadblock, m, n, cluster)
-    if tiles >= 3 * sm_count and tiles_m % 8 == 0 and tiles_n % 8 == 0 and clusters >= 8:
-        swizzle = 8
-    else:
-        swizzle = 4 if tiles >= 8 * sm_count and clusters >= 4 else default
+    if (tiles >= 3 * sm_count and tiles_m % 8 == 0 and tiles_n % 8 == 0 and clusters >= 8
+            and swizzle_padding(8, threadblock, m, n, cluster) <= SWIZZLE_PADDING):
+        return 8
+    swizzle = 4 if tiles >= 8 * sm_count and clusters >= 4 else default
     return _unpadded(swizzle, threadblock, m, n, cluster)
 
 
@@ -169,8 +169,11 @@ def sm90_swizzle_capped(swizzle: int, threadblock, m: int, n: int, cluster=(1, 1
 
 
 def swizzle_padding(swizzle: int, threadblock, m: int, n: int, cluster=(1, 1, 1)) -> float:
-    """The share of tiles CUTLASS's tile scheduler adds at this swizzle: it rounds the tile
-    counts (whole clusters) up to whole groups of swizzle clusters, along M and along N."""
+    """The share of tiles CUTLASS's tile scheduler adds at this swizzle, as given: it rounds
+    the tile counts (whole clusters) up to whole groups of swizzle clusters, along M and along
+    N. CUTLASS itself first cuts a swizzle the CTAs along the smaller side cannot fill
+    (launch.grid.log_swizzle); such a swizzle pads that side by 60% or more here, so
+    _unpadded halves it past that point anyway."""
     blocks_m, blocks_n = round_up(cdiv(m, threadblock[0]), cluster[0]), round_up(cdiv(n, threadblock[1]), cluster[1])
     padded = round_up(blocks_m, swizzle * cluster[0]) * round_up(blocks_n, swizzle * cluster[1])
     return padded / (blocks_m * blocks_n) - 1.0

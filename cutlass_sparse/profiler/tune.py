@@ -6,7 +6,8 @@ force_profile=True, the CLI's --profile, warm-up's --tune); a recorded winner is
 every later call with that signature, in any process that opens the same cache.
 
 Timing: the candidates' kernels are compiled first (in parallel worker processes), then
-each runs one checked call on the same operands; those that pass are timed kernel-only
+each runs one checked call on the same operands (those that need a workspace share one);
+those that pass are timed kernel-only
 (20 calls queued behind a spin kernel, median of 7), taking turns (reference.kernel_medians_ms):
 timed one after another in blocks, a long problem's later candidates would run at a hotter,
 power-capped card than its first ones. Every candidate sees the same warm L2 state: the
@@ -61,11 +62,16 @@ def tune(problem: Problem, sw, x, *, force: bool = False, jobs: int | None = Non
     with cupy.cuda.Device(p.device_id):
         expected = reference.activation(p.activation, reference.to_float32(sw.to_dense()) @ reference.to_float32(x))
         y = cupy.empty((p.m, p.n), dtype=dtypes.numpy_dtype(p.element_out))
+        made = [_plan(timed, choice) for choice in choices]
+        workspace = shared_workspace(made)
         checked = []
-        for i, choice in enumerate(choices):
-            checked.append(_check(timed, choice, sw, x, y, expected))
+        for i, (choice, plan) in enumerate(made):
+            checked.append(_check(timed, choice, plan, sw, x, y, expected, workspace))
             if progress:
                 progress(i + 1, len(choices), f"checked {choice.label}: {checked[-1][1]}")
+        if progress:
+            progress(len(choices), len(choices),
+                     f"timing {sum(c[2] is not None for c in checked)} candidates, taking turns")
         rows = _time(timed, checked)
     ok = [r for r in rows if r.ms is not None]
     if not ok:
@@ -78,21 +84,47 @@ def tune(problem: Problem, sw, x, *, force: bool = False, jobs: int | None = Non
 
 def profiled_choices(problem: Problem) -> list[Choice]:
     """The candidates timed for a problem: the catalog's (records.candidates) less each sm90
-    swizzle this shape would cap to a smaller one (selection.sm90_swizzle_capped): it would
-    repeat that one's run, and its record would name a swizzle that never ran."""
+    swizzle this shape would cap to a smaller one (selection.sm90_swizzle_capped): one the
+    clusters cannot fill would repeat a smaller one's run, and its record would name a swizzle
+    that never ran; one that pads the tile grid by more than selection.SWIZZLE_PADDING is left
+    out by policy (2-3% padding measured 1-5% slower, docs/sweep_swizzle_h100_session29.log),
+    since a record of it would run capped as well."""
     p = problem
     return [c for c in candidates(p.family, p.k, p.element, p.element_out)
             if not c.swizzle   # sm80's is compiled in (None)
             or selection.sm90_swizzle_capped(c.swizzle, c.tile[0], p.m, p.n, c.tile[3]) == c.swizzle]
 
 
-def _check(problem: Problem, choice: Choice, sw, x, y, expected) -> tuple:
-    """One candidate's checked call: (choice, "ok", its call) or (choice, why it was dropped, None)."""
+def _plan(problem: Problem, choice: Choice) -> tuple:
+    """(choice, its plan), or (choice, why it cannot run this problem)."""
     try:
         plan = plans.make(problem, choice=choice)
+        plan.workspace_bytes   # noqa: B018 -- a plan whose workspace cannot be sized fails here
+        return choice, plan
+    except Exception as exc:  # a candidate that cannot run this problem is reported, not fatal
+        return choice, _failed(exc)
+
+
+def shared_workspace(made: list):
+    """One workspace for every candidate that needs one (stream-K and split-K plans), as
+    large as the largest: the candidates take turns on one stream, so they never use it at
+    the same time, and each launch zeroes its own barriers first. A workspace per plan would
+    hold about M x N x 4 bytes for each split candidate at once (24 GiB at 16384^3)."""
+    import cupy
+
+    nbytes = max((plan.workspace_bytes for _, plan in made if not isinstance(plan, str)), default=0)
+    return cupy.empty(nbytes, dtype=cupy.uint8) if nbytes else None
+
+
+def _check(problem: Problem, choice: Choice, plan, sw, x, y, expected, workspace) -> tuple:
+    """One candidate's checked call: (choice, "ok", its call) or (choice, why it was dropped, None)."""
+    if isinstance(plan, str):
+        return choice, plan, None
+    try:
+        space = workspace if plan.workspace_bytes else None   # the user's own path where none is needed
 
         def call():
-            return plan.run(sw, x, y, None, None)
+            return plan.run(sw, x, y, None, space)
 
         y.fill(0)
         call()

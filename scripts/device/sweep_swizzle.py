@@ -34,8 +34,8 @@ SWIZZLES = (8, 4, 2, 1)
 def contestants(dtype, m, n, k, rivals=()) -> dict:
     """name -> config: the pick and each rival ("tall": the catalog's tile for the largest
     problems, "wide": its first tile, 128x256x64 c2x1 in flight, "square": 128x128x128 c1x2 in
-    flight) at each swizzle CUTLASS keeps
-    for this shape (a swizzle it would cut to a smaller one repeats that one's run)."""
+    flight) at each swizzle up to the clusters along the scarcer side (selection.sm90_clusters;
+    a larger one CUTLASS would cut to a smaller one, repeating that one's run)."""
     pick = library_pick(dtype, m, n, k)
     tiles = {"pick": pick}
     fam = catalog.load("sm90")
