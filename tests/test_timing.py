@@ -133,16 +133,20 @@ def test_the_profilers_candidates_share_one_workspace(monkeypatch):
         def run(self, sw, x, y, c, workspace):
             self.got.append(workspace)
 
-    made = [("a", Plan(0)), ("b", Plan(3 << 20)), ("c", "failed: no such tile"), ("d", Plan(1 << 20))]
-    shared = tune.shared_workspace(made)
+    monkeypatch.setattr(tune.plans, "make", lambda problem, choice: choice if isinstance(choice, Plan)
+                        else (_ for _ in ()).throw(ValueError("no such tile")))
+    problem = types.SimpleNamespace(element="f16")
+    made = [tune._plan(problem, choice) for choice in (Plan(0), Plan(3 << 20), "c", Plan(1 << 20))]
+    assert [nbytes for _, _, nbytes in made] == [0, 3 << 20, 0, 1 << 20]
+    shared = tune.shared_workspace(nbytes for _, _, nbytes in made)
     assert shared.nbytes == 3 << 20
     y = types.SimpleNamespace(fill=lambda value: None)
-    problem = types.SimpleNamespace(element="f16")
-    checked = [tune._check(problem, choice, plan, None, None, y, None, shared) for choice, plan in made]
+    checked = [tune._check(problem, choice, plan, None, None, y, None, shared if nbytes else None)
+               for choice, plan, nbytes in made]
     assert [status for _, status, _ in checked] == ["ok", "ok", "failed: no such tile", "ok"]
     for _, _, call in checked:
         if call:
             call()
-    assert [plan.got for _, plan in made if not isinstance(plan, str)] == [[None, None], [shared, shared],
-                                                                          [shared, shared]]
-    assert tune.shared_workspace([("a", Plan(0))]) is None
+    assert [plan.got for _, plan, _ in made if not isinstance(plan, str)] == [[None, None], [shared, shared],
+                                                                             [shared, shared]]
+    assert tune.shared_workspace([0, 0]) is None

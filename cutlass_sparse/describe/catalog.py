@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .. import env
 from . import dtypes
+from .arith import cdiv, round_up
 from .description import SparseGemmConfig
 
 # Catalog files per family; a family's int8 and tf32 kernels have their own tiles.
@@ -83,8 +84,8 @@ class Family:
         """takes_n, M and K at least the tile's min_m and min_k, and no more than its
         max_waves of tiles (whole clusters of them) over sm_count SMs. Selection asks with
         the end of N's range (selection.n_range), so waves are counted there."""
-        tm, tn, cm, cn = tile[0][0], tile[0][1], tile[3][0], tile[3][1]
-        tiles = -(-m // (tm * cm)) * cm * -(-n // (tn * cn)) * cn
+        (tm, tn, _), (cm, cn, _) = tile[0], tile[3]
+        tiles = round_up(cdiv(m, tm), cm) * round_up(cdiv(n, tn), cn)
         return self.takes_n(tile, n) and all(
             m >= least_m and k >= least_k for limited, (least_m, least_k) in self.mk_bounds if limited == tile
         ) and all(tiles <= most * sm_count for limited, most in self.wave_bounds if limited == tile)

@@ -62,11 +62,11 @@ def tune(problem: Problem, sw, x, *, force: bool = False, jobs: int | None = Non
     with cupy.cuda.Device(p.device_id):
         expected = reference.activation(p.activation, reference.to_float32(sw.to_dense()) @ reference.to_float32(x))
         y = cupy.empty((p.m, p.n), dtype=dtypes.numpy_dtype(p.element_out))
-        made = [_plan(timed, choice) for choice in choices]
-        workspace = shared_workspace(made)
+        made = [_plan(timed, choice) for choice in choices]   # (choice, plan or why not, workspace bytes)
+        workspace = shared_workspace(nbytes for _, _, nbytes in made)
         checked = []
-        for i, (choice, plan) in enumerate(made):
-            checked.append(_check(timed, choice, plan, sw, x, y, expected, workspace))
+        for i, (choice, plan, nbytes) in enumerate(made):
+            checked.append(_check(timed, choice, plan, sw, x, y, expected, workspace if nbytes else None))
             if progress:
                 progress(i + 1, len(choices), f"checked {choice.label}: {checked[-1][1]}")
         if progress:
@@ -96,35 +96,35 @@ def profiled_choices(problem: Problem) -> list[Choice]:
 
 
 def _plan(problem: Problem, choice: Choice) -> tuple:
-    """(choice, its plan), or (choice, why it cannot run this problem)."""
+    """(choice, its plan, the workspace it needs in bytes), or (choice, why it cannot run
+    this problem, 0)."""
     try:
         plan = plans.make(problem, choice=choice)
-        plan.workspace_bytes   # noqa: B018 -- a plan whose workspace cannot be sized fails here
-        return choice, plan
+        return choice, plan, plan.workspace_bytes
     except Exception as exc:  # a candidate that cannot run this problem is reported, not fatal
-        return choice, _failed(exc)
+        return choice, _failed(exc), 0
 
 
-def shared_workspace(made: list):
+def shared_workspace(sizes):
     """One workspace for every candidate that needs one (stream-K and split-K plans), as
-    large as the largest: the candidates take turns on one stream, so they never use it at
-    the same time, and each launch zeroes its own barriers first. A workspace per plan would
-    hold about M x N x 4 bytes for each split candidate at once (24 GiB at 16384^3)."""
+    large as the largest of `sizes` (bytes): the candidates take turns on one stream, so they
+    never use it at the same time, and each launch zeroes its own barriers first. A workspace
+    per plan would hold about M x N x 4 bytes for each split candidate at once (24 GiB at
+    16384^3)."""
     import cupy
 
-    nbytes = max((plan.workspace_bytes for _, plan in made if not isinstance(plan, str)), default=0)
+    nbytes = max(sizes, default=0)
     return cupy.empty(nbytes, dtype=cupy.uint8) if nbytes else None
 
 
 def _check(problem: Problem, choice: Choice, plan, sw, x, y, expected, workspace) -> tuple:
-    """One candidate's checked call: (choice, "ok", its call) or (choice, why it was dropped, None)."""
+    """One candidate's checked call: (choice, "ok", its call) or (choice, why it was dropped,
+    None). workspace: the shared one for a plan that needs one, else None (the user's path)."""
     if isinstance(plan, str):
         return choice, plan, None
     try:
-        space = workspace if plan.workspace_bytes else None   # the user's own path where none is needed
-
         def call():
-            return plan.run(sw, x, y, None, space)
+            return plan.run(sw, x, y, None, workspace)
 
         y.fill(0)
         call()
