@@ -341,3 +341,17 @@ def test_tall_tile_only_for_the_largest_problems(element):
     assert not fam.takes(tall, 8192, 4096, 12288, 132) and not fam.takes(tall, 8192, 16384, 12287, 132)
     # no 8-bit catalog has such a tile: their picks stay
     assert not any(catalog.load(name).mk_bounds for name in ("sm90_fp8", "sm90_s8"))
+
+
+def test_the_raster_order_is_a_run_time_field_of_sm90_configs():
+    """The tile scheduler's raster order, like its swizzle, is an argument of the setup
+    entry: configurations that differ only in it share one binary (and one cache key with
+    the configurations made before the field existed); sm80 kernels have none."""
+    config = selection.config_for_shape(8192, 8192, 8192, "f16", "f16", "row", 132, "sm90")
+    along_m = dataclasses.replace(config, raster=1)
+    assert config.raster == 0 and along_m.as_compiled() == config.as_compiled()
+    assert along_m.key != config.key and along_m.as_compiled().key == config.as_compiled().key
+    with pytest.raises(ValueError, match="raster 3 must be one of"):
+        dataclasses.replace(config, raster=3)
+    with pytest.raises(ValueError, match="sm80 takes 0"):
+        make(raster=1)

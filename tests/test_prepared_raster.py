@@ -1,12 +1,15 @@
 """The host grid an sm90 plan launches with is kept per raster order too: a plan of another
 raster order must not reuse a grid computed for the first one (session 25: a sweep that
-switched sm90.RASTER in one process launched 16384^3 along M on the along-N grid, and the
+switched the raster order in one process launched 16384^3 along M on the along-N grid, and the
 kernel hung)."""
 from unittest import mock
 
 from cutlass_sparse.build import kernels
 from cutlass_sparse.describe.problem import Problem
-from cutlass_sparse.launch import grid, sm90, sm90_prepare
+import dataclasses
+
+from cutlass_sparse.describe import selection
+from cutlass_sparse.launch import grid, sm90_prepare
 from cutlass_sparse.plan import plans
 
 
@@ -21,9 +24,10 @@ def test_each_raster_order_gets_its_own_grid(monkeypatch):
     found = {}
     with mock.patch.object(kernels, "get", stand_in):
         for raster in (0, grid.ALONG_M, grid.ALONG_N):
-            monkeypatch.setattr(sm90, "RASTER", raster)
             plans.clear()
-            plan = plans.make(problem)
+            config = selection.config_for_shape(16384, 16384, 8192, "f16", "f16", "row", 132, "sm90")
+            plan = plans.make(problem, dataclasses.replace(config, raster=raster))
+            assert plan.raster == raster
             # the kernel's templates are known on this device: the grid is the host's
             monkeypatch.setitem(sm90_prepare._templates, (plan.compiled.key, problem.device_id), object())
             found[raster] = sm90_prepare.prepared(plan, (0,) * 5).grid

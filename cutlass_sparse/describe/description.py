@@ -59,6 +59,9 @@ SCALES = ("none", "row_col")
 # sm90 tile schedulers: "persistent" (data-parallel tiles) or "streamk" (CUTLASS's stream-K
 # scheduler, which also runs split-K: K slices reduced in a workspace; cooperative only).
 TILE_SCHEDULERS = ("persistent", "streamk")
+# sm90 tile scheduler's raster order (CUTLASS's RasterOrderOptions): 0 its heuristic (along
+# the longer side's tiles), 1 along M, 2 along N. A run-time argument, like the swizzle.
+RASTERS = (0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,8 @@ class SparseGemmConfig:
     # and 13). A wish: taken only by the kernels it was measured on (stores_directly), so a
     # catalog tile can ask for it whatever epilogue a call later gives its configuration.
     direct_store: bool = False
+    # sm90: the tile scheduler's raster order (RASTERS); run-time, shared by one binary.
+    raster: int = 0
 
     def __post_init__(self):
         checks = [
@@ -136,6 +141,8 @@ class SparseGemmConfig:
             (self.layout_c == "row" or self.family == "sm90",
              "layout_c 'col': CUTLASS 2.x sparse kernels write row-major D only (family sm90 writes either)"),
             (self.swizzle in SWIZZLES, f"swizzle {self.swizzle} must be one of {sorted(SWIZZLES)}"),
+            (self.raster in RASTERS and (self.raster == 0 or self.is_3x),
+             f"raster {self.raster} must be one of {RASTERS} (sm90; sm80 takes 0)"),
             (self.epilogue in EPILOGUES, f"epilogue {self.epilogue!r} must be one of {sorted(EPILOGUES)}"),
             (self.threadblock[2] % (2 * self.instruction[2]) == 0,
              f"threadblock K must be a multiple of twice the instruction's K ({2 * self.instruction[2]})"),
@@ -290,18 +297,19 @@ class SparseGemmConfig:
         fields = asdict(self)
         fields["direct_store"] = self.stores_directly   # a wish the epilogue refuses changes nothing
         for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", ""), ("reads_c", True),
-                               ("epilogue_tile", ()), ("mma_in_flight", False), ("direct_store", False)):
+                               ("epilogue_tile", ()), ("mma_in_flight", False), ("direct_store", False),
+                               ("raster", 0)):
             if fields[field] == default:   # keys made before the field existed stay valid
                 del fields[field]
         blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def as_compiled(self) -> "SparseGemmConfig":
-        """This configuration as its binary sees it: the sm90 tile scheduler's swizzle is a
-        run-time argument, so configurations that differ only in it (or in a direct_store
-        wish not taken) share one kernel."""
+        """This configuration as its binary sees it: the sm90 tile scheduler's swizzle and
+        raster order are run-time arguments, so configurations that differ only in them (or
+        in a direct_store wish not taken) share one kernel."""
         # the direct store as taken, not as asked: one kernel, one configuration
-        return dataclasses.replace(self, swizzle=1, direct_store=self.stores_directly) if self.is_3x else self
+        return dataclasses.replace(self, swizzle=1, raster=0, direct_store=self.stores_directly) if self.is_3x else self
 
     @property
     def atom_k(self) -> int:

@@ -33,9 +33,6 @@ from .staging import KeptBuffers, copy_lines, copy_rows, stage
 
 NO_VECTORS = sm90_params.NO_VECTORS   # the scaled epilogue's vectors, all absent
 _ABSENT = tuple(v == 0 for v in NO_VECTORS)
-# The tile scheduler's raster order: 0 lets CUTLASS choose (its heuristic), 1 along M,
-# 2 along N. A run-time argument of the setup entry.
-RASTER = 0
 # Params depend only on pointers, strides, sizes and scalars, never on data: a call that
 # repeats its pointers (a plan, a benchmark, a weight applied to the same buffers) reuses
 # the launch made last time.
@@ -88,7 +85,9 @@ class Sm90Plan:
             self.swizzle = self.config.swizzle if config is not None else \
                 run_swizzle(self.kernel_problem, self.config, choice)
         self.atom_k = self.config.atom_k   # which metadata layout the kernel reads
-        self.raster = RASTER
+        # the tile scheduler's raster order (run-time, like the swizzle): the caller's config's,
+        # else selection's (CUTLASS's heuristic)
+        self.raster = self.config.raster if kernel is None or config is not None else 0
         self.ldd = out.ld
         self.ldc = c.ld if p.epilogue.reads_c else self.ldd
         # D the library allocates, seen as [M, N]: its row pitch (a single column is contiguous)

@@ -19,7 +19,6 @@ import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse import reference  # noqa: E402
 from cutlass_sparse.cli.bench import cusparselt  # noqa: E402
 from cutlass_sparse.describe import catalog  # noqa: E402
-from cutlass_sparse.launch import sm90  # noqa: E402
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (11008, 4096, 4096), (4096, 4096, 11008), (28672, 4096, 8192),
           (11008, 512, 4096)]
@@ -31,9 +30,7 @@ CALLS, REPLAYS, SWIZZLES = 5, 9, (4, 8)
 
 def picked(shapes, rasters=(0, 1, 2), swizzles=SWIZZLES):
     """Default selection's kernel at each shape, under each raster order and swizzle."""
-    from cutlass_sparse.api import eager
     from cutlass_sparse.describe import selection
-    from cutlass_sparse.plan import plans
 
     import time
 
@@ -57,20 +54,14 @@ def picked(shapes, rasters=(0, 1, 2), swizzles=SWIZZLES):
         y = cupy.empty((m, n), dtype=cupy.float16)
         rows = []
         for raster in rasters:
-            sm90.RASTER = raster   # read when a plan is made: forget the plans (and eager calls) made so far
-            plans.clear()
-            eager.clear()
             for swizzle in swizzles:
-                config = dataclasses.replace(chosen, swizzle=swizzle)
+                config = dataclasses.replace(chosen, swizzle=swizzle, raster=raster)
                 y.fill(0)
                 cs.matmul(sw, x, out=y, config=config)
                 err = reference.relative_error(y, ref)
                 ms = reference.kernel_median_ms(lambda: cs.matmul(sw, x, out=y, config=config), CALLS, REPLAYS)
                 rows.append((ms, raster, swizzle, err))
                 progress(f"raster {raster} swizzle {swizzle}: {ms * 1e3:.1f} us, err {err:.1e}")
-        sm90.RASTER = 0
-        plans.clear()
-        eager.clear()
         after = reference.kernel_median_ms(run, CALLS, REPLAYS)
         print(f"\n{m}x{n}x{k} {chosen.name} (default swizzle {chosen.swizzle}): cuSPARSELt {before * 1e3:.1f} us "
               f"before, {after * 1e3:.1f} us after", flush=True)
@@ -84,15 +75,13 @@ def main():
     parser.add_argument("raster", nargs="?", type=int, default=0)
     parser.add_argument("--shapes", help="MxNxK,... (default: the module's SHAPES)")
     parser.add_argument("--pick", action="store_true", help="only default selection's kernel, every raster order")
-    parser.add_argument("--rasters", default="0,1,2", help="with --pick: these raster orders (one per process: "
-                        "switching in one process hung at 16384^3 in session 25)")
+    parser.add_argument("--rasters", default="0,1,2", help="with --pick: these raster orders")
     parser.add_argument("--swizzles", default=",".join(map(str, SWIZZLES)), help="with --pick: these swizzles")
     args = parser.parse_args()
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
     if args.pick:
         return picked(shapes, [int(r) for r in args.rasters.split(",")], [int(z) for z in args.swizzles.split(",")])
     raster = args.raster
-    sm90.RASTER = raster
     fam = catalog.load("sm90")
     tiles = [t for t in fam.tiles if t[0] in ((128, 256, 64), (256, 128, 64), (128, 128, 128)) and t[5] == "persistent"]
     rng = cupy.random.default_rng(0)
@@ -109,7 +98,8 @@ def main():
         rows = []
         for tile in tiles:
             for swizzle in (1, 2, 4, 8):
-                config = dataclasses.replace(fam.config(tile, "f16", "f16", "row", 8, 8), swizzle=swizzle)
+                config = dataclasses.replace(fam.config(tile, "f16", "f16", "row", 8, 8), swizzle=swizzle,
+                                             raster=raster)
                 y.fill(0)
                 cs.matmul(sw, x, out=y, config=config)
                 err = reference.relative_error(y, ref)

@@ -31,40 +31,59 @@ ROWS = ("f16:5120x8192x5120,f16:5120x4096x13824,f16:13824x4096x5120,f16:3072x819
 SWIZZLES = (8, 4, 2, 1)
 
 
-def contestants(dtype, m, n, k, rivals=()) -> dict:
+def contestants(dtype, m, n, k, rivals=(), swizzles=SWIZZLES, rasters=(0,)) -> dict:
     """name -> config: the pick and each rival ("tall": the catalog's tile for the largest
     problems, "wide": its first tile, 128x256x64 c2x1 in flight, "square": 128x128x128 c1x2 in
-    flight) at each swizzle up to the clusters along the scarcer side (selection.sm90_clusters;
-    a larger one CUTLASS would cut to a smaller one, repeating that one's run)."""
+    flight, "wide12": 128x256x64 in 1x2 clusters, in flight, "streamk": the pick on CUTLASS's
+    stream-K scheduler, its heuristic decomposition) at each swizzle up to the clusters along
+    the scarcer side (selection.sm90_clusters; a larger one CUTLASS would cut to a smaller one,
+    repeating that one's run) and each raster order (r0 CUTLASS's heuristic, r1 along M, r2
+    along N)."""
     pick = library_pick(dtype, m, n, k)
     tiles = {"pick": pick}
-    fam = catalog.load("sm90")
-    square = next(t for t in fam.tiles if t[0] == (128, 128, 128) and t[3] == (1, 2, 1))
-    for rival, tile in (("tall", fam.mk_bounds[0][0]), ("wide", fam.tiles[0]), ("square", square)):
-        if rival in rivals and (pick.threadblock, pick.cluster) != (tile[0], tile[3]):
-            tiles[rival] = fam.config(tile, dtype, dtype, "row", 8, 8, reads_c=False)
+    fam = catalog.load(catalog.for_element("sm90", dtype))
+    square = next((t for t in fam.tiles if t[0] == (128, 128, 128) and t[3] == (1, 2, 1)), None)
+    wide = fam.tiles[0]
+    wide12 = (wide[0], wide[1], wide[2], (1, 2, 1)) + tuple(wide[4:])
+    for rival, tile in (("tall", fam.mk_bounds[0][0] if fam.mk_bounds else None), ("wide", wide),
+                        ("square", square), ("wide12", wide12)):
+        if rival in rivals and tile is not None and (pick.threadblock, pick.cluster) != (tile[0], tile[3]):
+            # the pick's operands and epilogue; wide12 (not a catalog tile) the wide tile's fields
+            config = fam.config(wide if rival == "wide12" else tile, dtype, pick.element_out, pick.layout_b,
+                                pick.alignment_b, pick.alignment_c, pick.element_b, reads_c=False)
+            tiles[rival] = dataclasses.replace(config, layout_c=pick.layout_c, scales=pick.scales,
+                                               cluster=tile[3])
+    if "streamk" in rivals and pick.schedule == "cooperative":
+        tiles["streamk"] = dataclasses.replace(pick, tile_scheduler="streamk")
     found = {}
     for label, config in tiles.items():
         heuristic = selection.sm90_swizzle(config.threadblock, m, n, 132, 1, config.cluster)
-        for s in SWIZZLES:
+        for s in swizzles:
             if selection.sm90_clusters(config.threadblock, m, n, config.cluster) < s:
                 continue
             padding = selection.swizzle_padding(s, config.threadblock, m, n, config.cluster)
             mark = "*" if s == heuristic else " "
-            found[f"{label} s{s}{mark} pad {padding:4.0%}"] = dataclasses.replace(config, swizzle=s)
+            for r in rasters:
+                found[f"{label} s{s}{mark} r{r} pad {padding:4.0%}"] = dataclasses.replace(config, swizzle=s, raster=r)
     return found
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=ROWS, help="dtype:MxNxK, comma-separated")
-    parser.add_argument("--rivals", default="", help="tall, wide, square: other tiles timed beside the pick")
+    parser.add_argument("--rivals", default="", help="tall, wide, square, wide12, streamk: other kernels timed "
+                        "beside the pick")
+    parser.add_argument("--swizzles", default=",".join(map(str, SWIZZLES)))
+    parser.add_argument("--rasters", default="0", help="raster orders: 0 CUTLASS's heuristic, 1 along M, 2 along N")
     parser.add_argument("--heat", type=float, default=0.0, help="> 0: sustained timings as well")
     parser.add_argument("--compile-only", action="store_true", help="CPU machine: compile the kernels")
     args = parser.parse_args()
+    rivals = args.rivals.split(",")
+    swizzles = tuple(int(z) for z in args.swizzles.split(","))
+    rasters = tuple(int(r) for r in args.rasters.split(","))
     if args.compile_only:
         items = {c.name: (c, "sm_90a") for dtype, (m, n, k) in parse_rows(args.rows)
-                 for c in contestants(dtype, m, n, k, args.rivals.split(',')).values()}
+                 for c in contestants(dtype, m, n, k, rivals).values()}
         for name, _, status, seconds in warmup.compile_all(list(items.values()), None, 2):
             print(f"{status[:200]:12} {seconds:6.1f} s {name}", flush=True)
         return 0
@@ -76,14 +95,14 @@ def main() -> int:
     rng = cupy.random.default_rng(0)
     print("* the swizzle selection gives; pad: the tiles CUTLASS's scheduler adds", flush=True)
     for dtype, (m, n, k) in parse_rows(args.rows):
-        calls, names = checked_calls(rng, dtype, m, n, k, contestants(dtype, m, n, k, args.rivals.split(',')))
+        calls, names = checked_calls(rng, dtype, m, n, k, contestants(dtype, m, n, k, rivals, swizzles, rasters))
         flops = 2.0 * m * n * k
         short = reference.kernel_medians_ms(calls, calls=20, replays=15)
         held = ({name: statistics.median(t) for name, t in
                  sustained_ms(calls, 2, args.heat, 0.4, 5).items()} if args.heat > 0 else {})
         print(f"\n{dtype} {m}x{n}x{k}   TFLOP/s short" + ("   at the cap" if held else ""), flush=True)
         for name in calls:
-            line = f"  {name:22} {flops / short[name] / 1e9:7.1f}"
+            line = f"  {name:25} {flops / short[name] / 1e9:7.1f}"
             if "cslt" in short:
                 line += f" ({short['cslt'] / short[name]:.3f})"
             if held:
