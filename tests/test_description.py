@@ -355,3 +355,30 @@ def test_the_raster_order_is_a_run_time_field_of_sm90_configs():
         dataclasses.replace(config, raster=3)
     with pytest.raises(ValueError, match="sm80 takes 0"):
         make(raster=1)
+
+
+def test_waves_that_reread_b_rasterize_along_m():
+    """A band of tiles along N re-reads B once a wave, a band along M re-reads A, which 2:4
+    compression makes the cheaper operand: 8448 x 16384 x 4096 ran 768 TFLOP/s along N (CUTLASS's
+    heuristic: M has more tiles) and 1094 along M; where the waves re-read A more (18944 x 4096 x
+    3584) along M lost 14%, and at swizzle 8 it was level."""
+    wide = (128, 256, 64)
+    along_m = {s: selection.sm90_raster(wide, *s, 132, 1) for s in
+               ((8448, 16384, 4096), (11008, 16384, 4096), (8448, 8192, 8192), (3072, 4096, 13824),
+                (3584, 4096, 18944), (18944, 4096, 3584), (12544, 4096, 4096), (11008, 4096, 4096),
+                (7168, 4096, 7168), (5120, 4096, 13824))}
+    assert [s for s, r in along_m.items() if r == selection.ALONG_M] == [
+        (8448, 16384, 4096), (11008, 16384, 4096), (8448, 8192, 8192), (3072, 4096, 13824), (3584, 4096, 18944)]
+    assert selection.sm90_raster(wide, 8192, 8192, 8192, 132, 8) == 0          # swizzle 8: level, left alone
+    assert selection.sm90_raster(wide, 4608, 4096, 3584, 132, 1) == 0          # both operands fit in L2
+    assert selection.sm90_raster(wide, 4096, 16384, 4096, 132, 1) == 0         # N has more tiles: CUTLASS's already
+    config = selection.config_for_shape(8448, 8192, 8192, "bf16", "bf16", "row", 132, "sm90")
+    assert (config.swizzle, config.raster) == (1, selection.ALONG_M)
+
+
+def test_the_square_tile_swizzles_by_two_at_five_to_eight_n_tiles():
+    square, c1x2 = (128, 128, 128), (1, 2, 1)
+    assert selection.SQUARE_TILE == square
+    swizzles = {n: selection.sm90_swizzle(square, 3072, n, 132, 1, c1x2) for n in (512, 768, 1024, 2048)}
+    assert swizzles == {512: 1, 768: 1, 1024: 2, 2048: 1}   # 768: 3 clusters padded to 4 at 2
+    assert selection.config_for_shape(5120, 1024, 13824, "f16", "f16", "row", 132, "sm90").swizzle == 2

@@ -145,8 +145,19 @@ def test_every_swizzle_matches_dense_where_the_scheduler_pads_the_tiles(shape):
     picked = catalog.find(info["config"])
     assert picked.threadblock == (128, 256, 64)
     for swizzle in (1, 2, 4, 8):
-        config = dataclasses.replace(picked, swizzle=swizzle)
-        check(cs.matmul(sw, x, out=poisoned((m, n), np.float16), config=config), w, x, "f16")
+        for raster in (0, 1, 2):   # CUTLASS's heuristic, along M, along N
+            config = dataclasses.replace(picked, swizzle=swizzle, raster=raster)
+            check(cs.matmul(sw, x, out=poisoned((m, n), np.float16), config=config), w, x, "f16")
+
+
+def test_a_call_selection_rasterizes_along_m_matches_dense():
+    # B re-read once a wave along N costs more than A along M here (selection.sm90_raster)
+    from cutlass_sparse.describe import selection
+
+    m, n, k = 3072, 4096, 13824
+    assert selection.config_for_shape(m, n, k, "f16", "f16", "row", 132, "sm90").raster == selection.ALONG_M
+    w, sw, x = operands(m, n, k, "f16", "row", seed=7)
+    check(cs.matmul(sw, x, out=poisoned((m, n), np.float16)), w, x, "f16")
 
 
 def test_tiles_for_the_largest_problems_read_c_and_write_f32():

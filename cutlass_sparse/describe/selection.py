@@ -133,14 +133,22 @@ def linear_out_layout(tokens: int, item: int) -> str:
 SWIZZLE_PADDING = 0.01
 
 
+# The 128x128x128 tile in 1x2 clusters (up to three waves, N from 640 to 1024: 5-8 N tiles)
+# ran 4-9% faster at swizzle 2 than at 1: f16 6144x1024x4096 976 / 938 TFLOP/s, 5120x1024x13824
+# 920 / 846, bf16 992 / 935 and 934 / 854; at N = 512 level (4096x512x4096 1% behind,
+# 11008x512x4096 and 4096x512x14336 level), at 2048 mixed (1024x2048x4096 4 ahead of 2 and 1 by
+# 3-9%, 3072x2048x8192 1 ahead by 6-14%) (docs/sweep_raster_h100_session30*.log).
+SQUARE_TILE = (128, 128, 128)
+
+
 def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, cluster=(1, 1, 1)) -> int:
     """The tile scheduler's swizzle for a problem (it keeps the operand panels of
     neighbouring tiles in L2): 8 from three waves of tiles up where both tile counts are
     multiples of 8 and the scheduler pads neither (in 2x1 clusters, M's groups are of 16)
     (measured +2 to 2.5% at 4096^3, 4096x4096x11008, 8192^3 and 28672x4096x8192 under all
     three raster orders, docs/tune90_raster_h100.log); else 4 from eight waves up (+2% at
-    8192^3, +11% at 16384^3 with the earlier 256x128 tile); else the catalog's default (1:
-    swizzling a few waves cost up to 3x). Never more than the clusters along either side:
+    8192^3, +11% at 16384^3 with the earlier 256x128 tile); 2 for SQUARE_TILE in 1x2
+    clusters at 5-8 N tiles; else the catalog's default (1: swizzling a few waves cost up to 3x). Never more than the clusters along either side:
     256x128 tiles in 1x2 clusters at 1024 tokens (8 N tiles, 4 clusters) ran at half speed
     with swizzle 8 and as 1 with 4 (docs/sweep_8bit_picks_round5_h100.log); and halved while
     it pads the tile grid by more than SWIZZLE_PADDING."""
@@ -150,7 +158,48 @@ def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, clust
             and swizzle_padding(8, threadblock, m, n, cluster) <= SWIZZLE_PADDING):
         return 8
     swizzle = 4 if tiles >= 8 * sm_count and clusters >= 4 else default
+    if tuple(threadblock) == SQUARE_TILE and tuple(cluster) == (1, 2, 1) and 4 < tiles_n <= 8:
+        swizzle = 2   # see SQUARE_TILE
     return _unpadded(swizzle, threadblock, m, n, cluster)
+
+
+# Rasterize along M (CUTLASS's heuristic goes along N unless N has more tiles) where the
+# operand bytes that waves re-read from memory come to at least this many times fewer
+# (sm90_raster). Measured on the H100 at the swizzle selection gives, f16 unless named, every
+# result checked (docs/sweep_raster_h100_session30*.log): 8448x16384x4096 (ratio 3.1) 768 ->
+# 1094 TFLOP/s, 11008x16384x4096 (2.5) 775 -> 1047, 8448x8192x8192 (1.6) 1072 -> 1128 (bf16
+# 1118 -> 1181), 13824x16384x7168 (2.0) +4.4%, 3072x4096x13824 (1.5) +2.1%, 3584x4096x18944
+# (1.5) +1.5%, 5120x8192x5120 (2.3) +1.1%, 5120x4096x13824 (1.26, below: not taken) +1.0%;
+# level at 4608x4096x3584 (1.33) and 7168x4096x7168 (1.0); along M lost 4-14% where the
+# ratio is below 1 (18944x4096x3584, 12544x4096x4096, 11008x4096x4096). At swizzle 8 (8192^3,
+# 4096^3, 4096x4096x14336: ratios 1.4-1.65) along M was level or 0.5% behind: not taken.
+RASTER_GAIN = 1.3
+ALONG_M = 1
+L2_BYTES = 50 << 20   # the H100's and H200's L2
+
+
+def sm90_raster(threadblock, m: int, n: int, k: int, sm_count: int, swizzle: int,
+                item_a: int = 2, item_b: int = 2) -> int:
+    """The tile scheduler's raster order: 0 (CUTLASS's heuristic) or ALONG_M. Each wave of
+    persistent CTAs runs a band of tiles; a band along N re-reads B once a wave (up to once
+    per M tile), a band along M re-reads A, which 2:4 compression makes the cheaper operand
+    per row (values half, metadata an eighth of a byte per element). Along M where the
+    heuristic goes along N, the swizzle is at most 4 and the re-read bytes fall by
+    RASTER_GAIN or more; operands that fit in L2 are not re-read at all."""
+    tiles_m, tiles_n = cdiv(m, threadblock[0]), cdiv(n, threadblock[1])
+    if tiles_n > tiles_m or swizzle > 4 or item_a != 2:   # CUTLASS already runs along M; level at
+        return 0                                           # swizzle 8; 8-bit types not measured
+    a_bytes, b_bytes = m * k * (item_a / 2 + 1 / 8), n * k * item_b
+    if a_bytes + b_bytes <= L2_BYTES:
+        return 0
+    waves = tiles_m * tiles_n / sm_count
+    along_m = max(1.0, min(tiles_n, waves)) * a_bytes + b_bytes
+    along_n = max(1.0, min(tiles_m, waves)) * b_bytes + a_bytes
+    return ALONG_M if along_n >= RASTER_GAIN * along_m else 0
+
+
+def _operand_items(element: str, x_element: str) -> tuple[int, int]:
+    return dtypes.numpy_dtype(element).itemsize, dtypes.numpy_dtype(x_element).itemsize
 
 
 def sm90_clusters(threadblock, m: int, n: int, cluster=(1, 1, 1)) -> int:
@@ -206,8 +255,10 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
         tile, _ = choose_sm90(m, n, k, sm_count, None, element, element_out)
         config = fam.config(tile, element, element_out, layout_b, 16 // dtypes.numpy_dtype(element).itemsize,
                             16 // dtypes.numpy_dtype(element_out).itemsize, reads_c=False)   # no C: beta = 0
-        return dataclasses.replace(config, swizzle=sm90_swizzle(tile[0], m, n, sm_count, config.swizzle, tile[3]),
-                                   layout_c=allocated_d_layout("sm90", n, element_out))
+        swizzle = sm90_swizzle(tile[0], m, n, sm_count, config.swizzle, tile[3])
+        return dataclasses.replace(config, swizzle=swizzle, layout_c=allocated_d_layout("sm90", n, element_out),
+                                   raster=sm90_raster(tile[0], m, n, k, sm_count, swizzle,
+                                                      *_operand_items(element, config.b_element)))
     if element == "s8":
         layout_b = "col"   # int8 B must be K-major
     m_pad = cdiv(m, 32) * 32

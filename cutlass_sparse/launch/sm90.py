@@ -27,7 +27,7 @@ from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from . import device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare, sm90_setup
-from .sm90_choice import FAMILY, TMA_ALIGN, resolve, run_swizzle, staged, tma_ready
+from .sm90_choice import FAMILY, TMA_ALIGN, resolve, run_order, staged, tma_ready
 from .sm90_ready import Ready
 from .staging import KeptBuffers, copy_lines, copy_rows, stage
 
@@ -73,7 +73,7 @@ class Sm90Plan:
             self.config, self.scheduling = resolve(self.kernel_problem, config, choice)
             self.compiled = kernels.get(self.config, device.sm90_target(p.arch, p.device_id))
             self.loaded = modules.load(self.compiled)
-            self.swizzle = self.config.swizzle
+            self.swizzle, self.raster = self.config.swizzle, self.config.raster
         else:
             self.config, self.scheduling, self.compiled, self.loaded = kernel
             kind = self.config
@@ -81,13 +81,11 @@ class Sm90Plan:
                     kind.scales) != (p.element, p.x_element, p.element_out, p.layout_b, layout_c, p.activation,
                                      p.epilogue.scales) or (p.epilogue.reads_c and not kind.reads_c):
                 raise AssertionError(f"{kind.name} cannot run {p}: plans.range_key misses what tells them apart")
-            # another N of the range: its own swizzle (a caller's config keeps the one it names)
-            self.swizzle = self.config.swizzle if config is not None else \
-                run_swizzle(self.kernel_problem, self.config, choice)
+            # another N of the range: its own swizzle and raster order (a caller's config keeps
+            # the ones it names)
+            ordered = self.config if config is not None else run_order(self.kernel_problem, self.config, choice)
+            self.swizzle, self.raster = ordered.swizzle, ordered.raster
         self.atom_k = self.config.atom_k   # which metadata layout the kernel reads
-        # the tile scheduler's raster order (run-time, like the swizzle): the caller's config's,
-        # else selection's (CUTLASS's heuristic)
-        self.raster = self.config.raster if kernel is None or config is not None else 0
         self.ldd = out.ld
         self.ldc = c.ld if p.epilogue.reads_c else self.ldd
         # D the library allocates, seen as [M, N]: its row pitch (a single column is contiguous)

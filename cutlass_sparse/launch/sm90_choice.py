@@ -43,11 +43,11 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         splits = p.split_k or 1
         config = entries.config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c,
                                 p.element_x)
-        config = dataclasses.replace(config, swizzle=run_swizzle(p, config, choice))
+        config = run_order(p, config, choice)
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
         config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
-        config = dataclasses.replace(config, swizzle=run_swizzle(p, config))
+        config = run_order(p, config)
     else:
         check_config_fits(config, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         if config.b_element != p.x_element:
@@ -76,6 +76,20 @@ def run_swizzle(problem: Problem, kernel: SparseGemmConfig, choice=None) -> int:
     if choice is not None:
         return selection.sm90_swizzle_capped(choice.swizzle or default, kernel.threadblock, p.m, p.n, kernel.cluster)
     return selection.sm90_swizzle(kernel.threadblock, p.m, p.n, p.sm_count, default, kernel.cluster)
+
+
+def run_raster(problem: Problem, kernel: SparseGemmConfig, swizzle: int) -> int:
+    """The tile scheduler's raster order for this problem on this kernel's tile at this
+    swizzle (a run-time argument, like the swizzle): selection's."""
+    p = problem
+    return selection.sm90_raster(kernel.threadblock, p.m, p.n, p.k, p.sm_count, swizzle,
+                                 dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.x_element).itemsize)
+
+
+def run_order(problem: Problem, kernel: SparseGemmConfig, choice=None) -> SparseGemmConfig:
+    """The kernel's configuration with this problem's swizzle and raster order."""
+    swizzle = run_swizzle(problem, kernel, choice)
+    return dataclasses.replace(kernel, swizzle=swizzle, raster=run_raster(problem, kernel, swizzle))
 
 
 def tma_ready(operand: Operand | None, item: int) -> bool:
