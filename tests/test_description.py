@@ -374,6 +374,12 @@ def test_waves_that_reread_b_rasterize_along_m():
     assert selection.sm90_raster(wide, 4096, 16384, 4096, 132, 1) == 0         # N has more tiles: CUTLASS's already
     config = selection.config_for_shape(8448, 8192, 8192, "bf16", "bf16", "row", 132, "sm90")
     assert (config.swizzle, config.raster) == (1, selection.ALONG_M)
+    # 8-bit: e4m3's 128x256x128 tile gained 40% at 8448 x 16384 x 4096 along M and lost 5% at
+    # 18944 x 4096 x 3584; s8's 256x128 tile in 1x2 clusters runs along M there already
+    fp8 = {s: selection.config_for_shape(*s, "e4m3", "bf16", "col", 132, "sm90").raster
+           for s in ((8448, 16384, 4096), (18944, 4096, 3584))}
+    assert fp8 == {(8448, 16384, 4096): selection.ALONG_M, (18944, 4096, 3584): 0}
+    assert selection.config_for_shape(8448, 16384, 4096, "s8", "s32", "col", 132, "sm90").raster == 0
 
 
 def test_the_square_tile_swizzles_by_two_at_five_to_eight_n_tiles():

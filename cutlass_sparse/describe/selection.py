@@ -172,7 +172,13 @@ def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, clust
 # (1.5) +1.5%, 5120x8192x5120 (2.3) +1.1%, 5120x4096x13824 (1.26, below: not taken) +1.0%;
 # level at 4608x4096x3584 (1.33) and 7168x4096x7168 (1.0); along M lost 4-14% where the
 # ratio is below 1 (18944x4096x3584, 12544x4096x4096, 11008x4096x4096). At swizzle 8 (8192^3,
-# 4096^3, 4096x4096x14336: ratios 1.4-1.65) along M was level or 0.5% behind: not taken.
+# 4096^3, 4096x4096x14336, 14336x16384x4096, 4096x8192x14336, 6144x8192x4096: ratios 1.4-2.5)
+# along M was level (-1% to +1%): not taken; at 4, 7168x8192x7168 (1.8) +1.4%. At the power cap
+# (sweep_swizzle.py --heat 1.2): 8448x8192x8192 940 -> 970, 11008x16384x4096 720 -> 935.
+# e4m3 (128x256x128 c2x1) the same way: 8448x16384x4096 1398 -> 1953, 11008x16384x4096 1437 ->
+# 1871, 8448x8192x8192 1852 -> 2020, 5120x8192x5120 +2.8%, 3072x4096x13824 +1.1%, 3584x4096x18944
+# +0.5%; 18944x4096x3584 (below) -5%. s8's 256x128 tiles in 1x2 clusters run along M already
+# there (N has more tiles) (docs/sweep_raster_h100_session30_round3.log).
 RASTER_GAIN = 1.3
 ALONG_M = 1
 L2_BYTES = 50 << 20   # the H100's and H200's L2
@@ -187,8 +193,8 @@ def sm90_raster(threadblock, m: int, n: int, k: int, sm_count: int, swizzle: int
     heuristic goes along N, the swizzle is at most 4 and the re-read bytes fall by
     RASTER_GAIN or more; operands that fit in L2 are not re-read at all."""
     tiles_m, tiles_n = cdiv(m, threadblock[0]), cdiv(n, threadblock[1])
-    if tiles_n > tiles_m or swizzle > 4 or item_a != 2:   # CUTLASS already runs along M; level at
-        return 0                                           # swizzle 8; 8-bit types not measured
+    if tiles_n > tiles_m or swizzle > 4:   # CUTLASS already runs along M; or level at swizzle 8
+        return 0
     a_bytes, b_bytes = m * k * (item_a / 2 + 1 / 8), n * k * item_b
     if a_bytes + b_bytes <= L2_BYTES:
         return 0

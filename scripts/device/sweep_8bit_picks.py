@@ -116,12 +116,16 @@ ROUND18_SHAPES = [(8192, 8192, 32768), (16384, 8192, 32768), (8192, 16384, 32768
 # (and round 17-18's winners again, each tile now at its own swizzle from selection.sm90_swizzle)
 ROUND19_SHAPES = [(16384, 16384, 24576), (16384, 16384, 32768), (12288, 12288, 32768), (16384, 9216, 32768),
                   (16384, 10240, 24576), (12288, 8448, 24576)]
+# `--round 20`: the 8-bit picks rasterized along M against CUTLASS's heuristic (along N
+# here), where selection.sm90_raster moves the 16-bit kernels along M
+ROUND20_SHAPES = [(8448, 8192, 8192), (8448, 16384, 4096), (11008, 16384, 4096), (3072, 4096, 13824),
+                  (3584, 4096, 18944), (5120, 8192, 5120), (18944, 4096, 3584)]
 # Rounds that time the library's pick without and with one field set, A B A B: (field, shapes)
 AB_ROUNDS = {9: ("mma_in_flight", ROUND9_SHAPES), 10: ("mma_in_flight", ROUND10_SHAPES),
              12: ("direct_store", ROUND12_SHAPES), 13: ("direct_store", ROUND13_SHAPES),
              14: ("narrow", ROUND14_SHAPES), 15: ("tall", ROUND15_SHAPES), 16: ("taller", ROUND16_SHAPES),
              17: ("tall_drained", ROUND17_SHAPES), 18: ("tall_drained", ROUND18_SHAPES),
-             19: ("tall_drained", ROUND19_SHAPES)}
+             19: ("tall_drained", ROUND19_SHAPES), 20: ("raster", ROUND20_SHAPES)}
 
 
 def ab_variant(config, field: str, on: bool):
@@ -132,6 +136,8 @@ def ab_variant(config, field: str, on: bool):
         return dataclasses.replace(config, threadblock=(tm, 8, tk)) if on else config
     if field == "tall":
         return dataclasses.replace(config, threadblock=(256, 192, 64), mma_in_flight=True) if on else config
+    if field == "raster":   # CUTLASS's heuristic, then along M
+        return dataclasses.replace(config, raster=selection.ALONG_M if on else 0)
     return dataclasses.replace(config, **{field: on})
 
 
@@ -184,7 +190,7 @@ def label(config):
     epi = "x".join(map(str, config.epilogue_tile)) or "auto"
     return (f"{'x'.join(map(str, config.threadblock)):11} c{config.cluster[0]}x{config.cluster[1]} "
             f"{config.schedule[:4]} {'flight' if config.mma_in_flight else 'drain '} "
-            f"epi {'direct' if config.stores_directly else epi:6} swz{config.swizzle}")
+            f"epi {'direct' if config.stores_directly else epi:6} swz{config.swizzle} r{config.raster}")
 
 
 def sweep(dtype, shapes, rng, round_=1):
@@ -287,7 +293,7 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19],
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20],
                         help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
                              "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES; "
                              "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES; "
@@ -296,7 +302,8 @@ def main():
                              "ROUND13_SHAPES; 14: the 8-bit decode pick and the same 8 wide at ROUND14_SHAPES; "
                              "15: the 16-bit pick and a 256x192x64 tile at ROUND15_SHAPES; 16: the 16-bit pick, "
                              "256x192x64 drained and 256x160x64 at ROUND16_SHAPES; 17: the 16-bit pick and "
-                             "256x192x64 drained at ROUND17_SHAPES; 18, 19: the same at ROUND18_SHAPES, ROUND19_SHAPES")
+                             "256x192x64 drained at ROUND17_SHAPES; 18, 19: the same at ROUND18_SHAPES, ROUND19_SHAPES; "
+                             "20: the pick along N and along M at ROUND20_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
