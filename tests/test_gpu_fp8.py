@@ -53,6 +53,25 @@ def test_linear_fp8_matches_the_dequantized_product(shape, out_dtype):
     assert reference.relative_error(ref, reference.to_float32(x) @ reference.to_float32(w).T) < 0.1
 
 
+def test_a_prefill_that_selection_rasterizes_along_m():
+    # 3072 features, 4096 tokens, K 13824: waves re-read less along M (selection.sm90_raster)
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.describe import selection
+    from cutlass_sparse.formats.quantize import quantize_e4m3
+
+    m, n, k = 3072, 4096, 13824
+    assert selection.config_for_shape(m, n, k, "e4m3", "bf16", "col", 132, "sm90").raster == selection.ALONG_M
+    w = weight(m, k, seed=3)
+    sw = cs.quantize_fp8(w)
+    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
+    x = cupy.random.default_rng(5).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
+    xq, x_scales = cs.quantize_activations_fp8(x)
+    y = cs.linear_fp8(xq, x_scales, sw)
+    assert reference.relative_error(y, dequantized_reference(sw, xq, x_scales, w_bytes)) <= TOLERANCE["bf16"]
+
+
 def test_any_feature_count_and_a_strided_x():
     """250 features (bf16 rows not whole 16-byte vectors: D staged), xq a view with padded
     rows (copied once): the same answer as the direct path."""
