@@ -172,8 +172,8 @@ def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, clust
 # (1.5) +1.5%, 5120x8192x5120 (2.3) +1.1%, 5120x4096x13824 (1.26, below: not taken) +1.0%;
 # level at 4608x4096x3584 (1.33) and 7168x4096x7168 (1.0); along M lost 4-14% where the
 # ratio is below 1 (18944x4096x3584, 12544x4096x4096, 11008x4096x4096). At swizzle 8 (8192^3,
-# 4096^3, 4096x4096x14336, 14336x16384x4096, 4096x8192x14336, 6144x8192x4096: ratios 1.4-2.5)
-# along M was level (-1% to +1%): not taken; at 4, 7168x8192x7168 (1.8) +1.4%. At the power cap
+# 4096^3, 4096x4096x14336, 6144x4096x4096, 14336x16384x4096, 4096x8192x14336, 6144x8192x4096,
+# 4096x6144x4096: ratios 1.1-2.5) along M was level (-1% to +1%): not taken; at 4, 7168x8192x7168 (1.8) +1.4%. At the power cap
 # (sweep_swizzle.py --heat 1.2): 8448x8192x8192 940 -> 970, 11008x16384x4096 720 -> 935.
 # e4m3 (128x256x128 c2x1) the same way: 8448x16384x4096 1398 -> 1953, 11008x16384x4096 1437 ->
 # 1871, 8448x8192x8192 1852 -> 2020, 5120x8192x5120 +2.8%, 3072x4096x13824 +1.1%, 3584x4096x18944
