@@ -90,8 +90,8 @@ def test_problem_for_a_new_n_is_the_full_paths(layout, out_kind, n0, n):
         return x, out[out_kind]()
 
     seen = problem_for(*operands_of(n0), n0)
-    plan = SimpleNamespace(direct=True)   # a stand-in: the Problem is what is checked
-    with mock.patch.object(plans, "get", lambda problem: plan):
+    plan = SimpleNamespace(direct=True, asked=(None, None))   # a stand-in: the Problem is what is checked
+    with mock.patch.object(plans, "get", lambda problem, config=None: plan):
         x, out = operands_of(n)
         key = fast_key(attrs(x.shape, x.strides), None if out is None else attrs(out.shape, out.strides))
         derived = eager._for_n(eager.Entry(plan, seen), key)
@@ -198,3 +198,14 @@ def test_ahead_built_plans_are_kept_under_the_keys_their_calls_have(x, out):
     """A range's other N are remembered under the exact key a call with that N makes."""
     for n0, n in ((17, 23), (24, 32), (100, 65), (3, 16)):
         assert eager_keys.key_for_n(fast_key(x(n0), out(n0)), n) == fast_key(x(n), out(n))
+
+
+def test_a_new_n_of_a_call_that_named_a_kernel_runs_that_kernel():
+    """The caller's config (kernel, swizzle, raster order) holds at every N of its class."""
+    named = selection.config_for_shape(M, 64, K, "f16", "f16", "row", 132, "sm90")
+    plan = SimpleNamespace(direct=True, asked=(named, None))
+    seen = problem_for(np.zeros((K, 64), F16), None, 64)
+    asked = []
+    with mock.patch.object(plans, "get", lambda problem, config=None: asked.append(config) or plan):
+        eager._for_n(eager.Entry(plan, seen), fast_key(x_row(72)))
+    assert asked == [named]

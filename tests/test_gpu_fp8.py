@@ -68,7 +68,9 @@ def test_a_prefill_that_selection_rasterizes_along_m():
     w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
     x = cupy.random.default_rng(5).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
     xq, x_scales = cs.quantize_activations_fp8(x)
-    y = cs.linear_fp8(xq, x_scales, sw)
+    info = {}
+    y = cs.linear_fp8(xq, x_scales, sw, info=info)
+    assert info["raster"] == selection.ALONG_M   # the plan that ran
     assert reference.relative_error(y, dequantized_reference(sw, xq, x_scales, w_bytes)) <= TOLERANCE["bf16"]
 
 

@@ -157,7 +157,9 @@ def test_a_call_selection_rasterizes_along_m_matches_dense():
     m, n, k = 3072, 4096, 13824
     assert selection.config_for_shape(m, n, k, "f16", "f16", "row", 132, "sm90").raster == selection.ALONG_M
     w, sw, x = operands(m, n, k, "f16", "row", seed=7)
-    check(cs.matmul(sw, x, out=poisoned((m, n), np.float16)), w, x, "f16")
+    info = {}
+    check(cs.matmul(sw, x, out=poisoned((m, n), np.float16), info=info), w, x, "f16")
+    assert info["raster"] == selection.ALONG_M   # the plan that ran
 
 
 def test_tiles_for_the_largest_problems_read_c_and_write_f32():

@@ -36,3 +36,20 @@ def test_each_raster_order_gets_its_own_grid(monkeypatch):
     # 128 x 64 tiles of 128x256 in 2x1 clusters: CUTLASS's heuristic runs along N
     assert found[0] == found[grid.ALONG_N] == (2, 66, 1)
     assert found[grid.ALONG_M] == (132, 1, 1)
+
+
+def test_a_plan_at_another_n_of_its_range_keeps_the_order_its_caller_named(monkeypatch):
+    """Plans built ahead for a range's other N (sm90_params.build_ahead) take the caller's
+    config with them: its swizzle and raster order, not the heuristic's."""
+    problem = Problem.contiguous("sm90", 16384, 8192, 8192)
+    config = dataclasses.replace(selection.config_for_shape(16384, 8192, 8192, "f16", "f16", "row", 132, "sm90"),
+                                 swizzle=2, raster=grid.ALONG_N)
+    with mock.patch.object(kernels, "get", stand_in):
+        plans.clear()
+        plan = plans.make(problem, config)
+        assert plan.asked == (config, None)
+        other = type(plan)(problem.with_(n=8000), *plan.asked, kernel=plan.kernel)
+        heuristic = type(plan)(problem.with_(n=8000), kernel=plan.kernel)
+    plans.clear()
+    assert (plan.swizzle, plan.raster) == (other.swizzle, other.raster) == (2, grid.ALONG_N)
+    assert (heuristic.swizzle, heuristic.raster) != (2, grid.ALONG_N)

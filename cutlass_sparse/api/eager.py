@@ -203,7 +203,7 @@ def _with_n(problem, n: int):
 def _for_n(entry: Entry, fast_key: tuple) -> Entry:
     """The entry for a call of an entry's class with its own N."""
     problem = _with_n(entry.problem, fast_key[X_SHAPE][1])
-    return Entry(plans.get(problem), problem)
+    return Entry(plans.get(problem, entry.plan.asked[0]), problem)   # the caller's config, if it named one
 
 
 def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:

@@ -261,7 +261,7 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
                           None, None, device_id, arch, sm_count, "" if x_element == element else x_element)
         plan = plans.get(problem)
         if info is not None:
-            info["config"] = plan.config.name
+            info.update(config=plan.config.name, swizzle=plan.swizzle, raster=plan.raster)
         if plan.direct:
             plan.launch_direct(sw, x.data.ptr, d_ptr, stream, scales=scale_ptrs)
         else:   # features or an out TMA cannot write in place: D staged and copied in

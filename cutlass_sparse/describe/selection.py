@@ -133,8 +133,9 @@ def linear_out_layout(tokens: int, item: int) -> str:
 SWIZZLE_PADDING = 0.01
 
 
-# The 128x128x128 tile in 1x2 clusters (up to three waves, N from 640 to 1024: 5-8 N tiles)
-# ran 4-9% faster at swizzle 2 than at 1: f16 6144x1024x4096 976 / 938 TFLOP/s, 5120x1024x13824
+# The 128x128x128 tile in 1x2 clusters (up to three waves, 5-8 N tiles; at 5-6 the 3 clusters
+# along N would pad to 4, so _unpadded takes 1 back: in effect N from 769 to 1024) ran 4-9%
+# faster at swizzle 2 than at 1: f16 6144x1024x4096 976 / 938 TFLOP/s, 5120x1024x13824
 # 920 / 846, bf16 992 / 935 and 934 / 854; at N = 512 level (4096x512x4096 1% behind,
 # 11008x512x4096 and 4096x512x14336 level), at 2048 mixed (1024x2048x4096 4 ahead of 2 and 1 by
 # 3-9%, 3072x2048x8192 1 ahead by 6-14%) (docs/sweep_raster_h100_session30*.log).
@@ -147,7 +148,7 @@ def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, clust
     multiples of 8 and the scheduler pads neither (in 2x1 clusters, M's groups are of 16)
     (measured +2 to 2.5% at 4096^3, 4096x4096x11008, 8192^3 and 28672x4096x8192 under all
     three raster orders, docs/tune90_raster_h100.log); else 4 from eight waves up (+2% at
-    8192^3, +11% at 16384^3 with the earlier 256x128 tile); 2 for SQUARE_TILE in 1x2
+    8192^3, +11% at 16384^3 with the earlier 256x128 tile); else 2 for SQUARE_TILE in 1x2
     clusters at 5-8 N tiles; else the catalog's default (1: swizzling a few waves cost up to 3x). Never more than the clusters along either side:
     256x128 tiles in 1x2 clusters at 1024 tokens (8 N tiles, 4 clusters) ran at half speed
     with swizzle 8 and as 1 with 4 (docs/sweep_8bit_picks_round5_h100.log); and halved while
@@ -158,7 +159,8 @@ def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, clust
             and swizzle_padding(8, threadblock, m, n, cluster) <= SWIZZLE_PADDING):
         return 8
     swizzle = 4 if tiles >= 8 * sm_count and clusters >= 4 else default
-    if tuple(threadblock) == SQUARE_TILE and tuple(cluster) == (1, 2, 1) and 4 < tiles_n <= 8:
+    if (tuple(threadblock) == SQUARE_TILE and tuple(cluster) == (1, 2, 1) and 4 < tiles_n <= 8
+            and swizzle == default):
         swizzle = 2   # see SQUARE_TILE
     return _unpadded(swizzle, threadblock, m, n, cluster)
 
@@ -185,15 +187,18 @@ L2_BYTES = 50 << 20   # the H100's and H200's L2
 
 
 def sm90_raster(threadblock, m: int, n: int, k: int, sm_count: int, swizzle: int,
-                item_a: int = 2, item_b: int = 2) -> int:
+                item_a: int = 2, item_b: int = 2, cluster=(1, 1, 1)) -> int:
     """The tile scheduler's raster order: 0 (CUTLASS's heuristic) or ALONG_M. Each wave of
     persistent CTAs runs a band of tiles; a band along N re-reads B once a wave (up to once
     per M tile), a band along M re-reads A, which 2:4 compression makes the cheaper operand
     per row (values half, metadata an eighth of a byte per element). Along M where the
     heuristic goes along N, the swizzle is at most 4 and the re-read bytes fall by
-    RASTER_GAIN or more; operands that fit in L2 are not re-read at all."""
+    RASTER_GAIN or more; operands that fit in L2 are not re-read at all. CUTLASS's heuristic
+    compares the tile counts as its scheduler pads them (whole swizzle x cluster groups)."""
     tiles_m, tiles_n = cdiv(m, threadblock[0]), cdiv(n, threadblock[1])
-    if tiles_n > tiles_m or swizzle > 4:   # CUTLASS already runs along M; or level at swizzle 8
+    padded_m = round_up(round_up(tiles_m, cluster[0]), swizzle * cluster[0])
+    padded_n = round_up(round_up(tiles_n, cluster[1]), swizzle * cluster[1])
+    if padded_n > padded_m or swizzle > 4:   # CUTLASS already runs along M; or level at swizzle 8
         return 0
     a_bytes, b_bytes = m * k * (item_a / 2 + 1 / 8), n * k * item_b
     if a_bytes + b_bytes <= L2_BYTES:
@@ -264,7 +269,7 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
         swizzle = sm90_swizzle(tile[0], m, n, sm_count, config.swizzle, tile[3])
         return dataclasses.replace(config, swizzle=swizzle, layout_c=allocated_d_layout("sm90", n, element_out),
                                    raster=sm90_raster(tile[0], m, n, k, sm_count, swizzle,
-                                                      *_operand_items(element, config.b_element)))
+                                                      *_operand_items(element, config.b_element), tile[3]))
     if element == "s8":
         layout_b = "col"   # int8 B must be K-major
     m_pad = cdiv(m, 32) * 32

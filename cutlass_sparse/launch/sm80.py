@@ -177,6 +177,7 @@ class Sm80Plan:
 
     def __init__(self, problem: Problem, config: SparseGemmConfig | None = None, tile: tuple | None = None):
         p = self.problem = problem
+        self.asked = (config, None)   # what the caller asked for (plans at other N ask for the same)
         self.split = split = p.split
         cat = catalog.for_element(FAMILY, p.element)
         fam = catalog.load(cat)

@@ -51,6 +51,8 @@ class Sm90Plan:
         """kernel: (config, scheduling, compiled, loaded) of a plan for the same problem in
         another N of its range (plans.get decides), taken as it is instead of chosen again."""
         self.problem = p = problem
+        # what the caller asked for (plans at other N of its range ask for the same)
+        self.asked = (config, choice)
         item, out_item = dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize
         # D's layout: a caller's column-major out is written in place (M contiguous); D the
         # library allocates is row-major, a single column column-major (Problem.layout_d).
@@ -129,7 +131,7 @@ class Sm90Plan:
         return dict(config=self.config.name, arch=self.problem.arch, from_cache=self.compiled.from_cache,
                     compile_seconds=self.compiled.compile_seconds, grid=None if ready is None else ready.grid,
                     k_padded=False, decomposition=self.scheduling.decomposition, split_k=self.scheduling.splits,
-                    swizzle=self.swizzle,
+                    swizzle=self.swizzle, raster=self.raster,
                     workspace_bytes=0 if ready is None or ready.workspace is None else ready.workspace.nbytes)
 
     def run(self, sw, x, out, c, workspace, scales=NO_VECTORS):

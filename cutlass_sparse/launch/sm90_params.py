@@ -272,7 +272,7 @@ def build_ahead(plan, problems) -> dict:
             scratch = cupy.empty(256, dtype=cupy.uint8)
             stand_in = (scratch.data.ptr,) * 5
             for problem in problems:
-                other = type(plan)(problem, kernel=plan.kernel)
+                other = type(plan)(problem, *plan.asked, kernel=plan.kernel)
                 if not other.direct:
                     continue
                 key = other._host_key(stand_in, NO_VECTORS)

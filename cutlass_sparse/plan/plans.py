@@ -103,6 +103,7 @@ def get(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Plan | 
             if config is not None or not env.compile_disabled():
                 raise
             plan = present.substitute(problem, make, missing)
+            plan.asked = (None, None)   # the caller named no kernel: other N choose again
         with _lock:
             _plans[key] = plan
             while len(_plans) > MAX_PLANS:

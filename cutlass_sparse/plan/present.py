@@ -19,6 +19,7 @@ from ..build.compiler import CompileError
 from ..describe import catalog, selection
 from ..describe.arith import cdiv
 from ..describe.problem import Problem
+from ..launch.sm90_choice import run_order
 
 log = logging.getLogger("cutlass_sparse")
 _said = threading.Event()
@@ -32,6 +33,8 @@ def substitute(problem: Problem, make: Callable, missing: CompileError):
         raise missing
     wanted, arch = asked
     for config in sorted(_candidates(wanted, arch), key=lambda c: _rank(c, wanted, problem)):
+        if config.family == "sm90":   # this problem's swizzle and raster order, not those it was cached with
+            config = run_order(problem, config)
         try:
             needed = kernels.first_asked(lambda: make(problem, config))
         except ValueError:          # does not fit this problem's shapes or operands

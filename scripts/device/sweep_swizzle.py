@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cutlass_sparse.build import warmup  # noqa: E402
-from cutlass_sparse.describe import catalog, selection  # noqa: E402
+from cutlass_sparse.describe import catalog, dtypes, selection  # noqa: E402
 from sustained import checked_calls, parse_rows, sustained_ms  # noqa: E402
 from sweep_8bit_picks import library_pick  # noqa: E402
 
@@ -31,14 +31,14 @@ ROWS = ("f16:5120x8192x5120,f16:5120x4096x13824,f16:13824x4096x5120,f16:3072x819
 SWIZZLES = (8, 4, 2, 1)
 
 
-def contestants(dtype, m, n, k, rivals=(), swizzles=SWIZZLES, rasters=(0,)) -> dict:
+def contestants(dtype, m, n, k, rivals=(), swizzles=SWIZZLES, rasters=None) -> dict:
     """name -> config: the pick and each rival ("tall": the catalog's tile for the largest
     problems, "wide": its first tile, 128x256x64 c2x1 in flight, "square": 128x128x128 c1x2 in
     flight, "wide12": 128x256x64 in 1x2 clusters, in flight, "streamk": the pick on CUTLASS's
     stream-K scheduler, its heuristic decomposition) at each swizzle up to the clusters along
     the scarcer side (selection.sm90_clusters; a larger one CUTLASS would cut to a smaller one,
     repeating that one's run) and each raster order (r0 CUTLASS's heuristic, r1 along M, r2
-    along N)."""
+    along N; None: the one selection gives each kernel at each swizzle, marked *)."""
     pick = library_pick(dtype, m, n, k)
     tiles = {"pick": pick}
     fam = catalog.load(catalog.for_element("sm90", dtype))
@@ -63,8 +63,11 @@ def contestants(dtype, m, n, k, rivals=(), swizzles=SWIZZLES, rasters=(0,)) -> d
                 continue
             padding = selection.swizzle_padding(s, config.threadblock, m, n, config.cluster)
             mark = "*" if s == heuristic else " "
-            for r in rasters:
-                found[f"{label} s{s}{mark} r{r} pad {padding:4.0%}"] = dataclasses.replace(config, swizzle=s, raster=r)
+            items = dtypes.numpy_dtype(config.element).itemsize, dtypes.numpy_dtype(config.b_element).itemsize
+            chosen = selection.sm90_raster(config.threadblock, m, n, k, 132, s, *items, config.cluster)
+            for r in (chosen,) if rasters is None else rasters:
+                found[f"{label} s{s}{mark} r{r}{'*' if r == chosen else ' '} pad {padding:4.0%}"] = \
+                    dataclasses.replace(config, swizzle=s, raster=r)
     return found
 
 
@@ -74,13 +77,14 @@ def main() -> int:
     parser.add_argument("--rivals", default="", help="tall, wide, square, wide12, streamk: other kernels timed "
                         "beside the pick")
     parser.add_argument("--swizzles", default=",".join(map(str, SWIZZLES)))
-    parser.add_argument("--rasters", default="0", help="raster orders: 0 CUTLASS's heuristic, 1 along M, 2 along N")
+    parser.add_argument("--rasters", default="", help="raster orders: 0 CUTLASS's heuristic, 1 along M, 2 along N "
+                        "(default: each kernel's, as selection gives it)")
     parser.add_argument("--heat", type=float, default=0.0, help="> 0: sustained timings as well")
     parser.add_argument("--compile-only", action="store_true", help="CPU machine: compile the kernels")
     args = parser.parse_args()
     rivals = args.rivals.split(",")
     swizzles = tuple(int(z) for z in args.swizzles.split(","))
-    rasters = tuple(int(r) for r in args.rasters.split(","))
+    rasters = tuple(int(r) for r in args.rasters.split(",")) if args.rasters else None
     if args.compile_only:
         items = {c.name: (c, "sm_90a") for dtype, (m, n, k) in parse_rows(args.rows)
                  for c in contestants(dtype, m, n, k, rivals).values()}
@@ -102,7 +106,7 @@ def main() -> int:
                  sustained_ms(calls, 2, args.heat, 0.4, 5).items()} if args.heat > 0 else {})
         print(f"\n{dtype} {m}x{n}x{k}   TFLOP/s short" + ("   at the cap" if held else ""), flush=True)
         for name in calls:
-            line = f"  {name:25} {flops / short[name] / 1e9:7.1f}"
+            line = f"  {name:26} {flops / short[name] / 1e9:7.1f}"
             if "cslt" in short:
                 line += f" ({short['cslt'] / short[name]:.3f})"
             if held:
