@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -475,3 +476,29 @@ def test_a_stand_in_keeps_to_the_catalog_bounds_of_its_tile():
     assert present._rank(as_config[wide], wanted, small)[0] is False
     ranked = sorted(as_config.values(), key=lambda c: present._rank(c, wanted, small))
     assert ranked[0] == as_config[wide]
+
+
+def test_a_stand_in_runs_at_the_problems_own_swizzle_and_raster(monkeypatch):
+    # A cached kernel's configuration carries the swizzle and raster order of the call it was
+    # compiled for; as a stand-in it takes the ones selection gives this problem.
+    from cutlass_sparse.launch.sm90_choice import run_order
+
+    problem = Problem.contiguous("sm90", 8448, 16384, 4096)   # selection: swizzle 1, along M
+    wanted = selection.config_for_shape(8448, 16384, 4096, "f16", "f16", "row", 132, "sm90")
+    cached = dataclasses.replace(wanted, swizzle=8, raster=2)
+    monkeypatch.setattr(kernels, "present", lambda arch: [cached])
+    monkeypatch.setattr(kernels, "cached", lambda config, arch: True)
+    monkeypatch.setattr(kernels, "first_asked", lambda make: (make() or wanted, "sm_90a"))
+    made = []
+
+    def make(p, config=None):
+        made.append(config)
+        return None
+
+    monkeypatch.setattr(present, "_said", threading.Event())   # its own "said once"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        present.substitute(problem, make, compiler.CompileError("missing", "", [], ""))
+    taken = made[-1]
+    assert taken.as_compiled() == cached.as_compiled()
+    assert (taken.swizzle, taken.raster) == (run_order(problem, cached).swizzle, selection.ALONG_M)
