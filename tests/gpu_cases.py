@@ -136,7 +136,7 @@ def issue4_configs(family: str, sm_count: int = 132):
     from cutlass_sparse.describe import catalog, selection
 
     from cutlass_sparse.describe.problem import Split
-    from cutlass_sparse.describe.description import ReductionConfig
+    from cutlass_sparse.describe.helper_kernels import ReductionConfig
 
     def base(m, n, k, dtype, layout):
         if family == "sm90":
@@ -218,7 +218,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     from cutlass_sparse.describe.problem import Problem
     from cutlass_sparse.plan import records
     from cutlass_sparse.profiler import tune
-    from cutlass_sparse.describe.description import CompressorConfig, LineCopyConfig
+    from cutlass_sparse.describe.helper_kernels import CompressorConfig, LineCopyConfig
 
     def script(name):
         path = Path(__file__).resolve().parent.parent / "scripts" / name
@@ -395,7 +395,7 @@ if __name__ == "__main__":
         for arch in ("sm_90", "sm_90a"):
             results += warmup.compile_all([c for c, a in items if a == arch], arch, args.jobs)
     elif args.family == "sm90":
-        from cutlass_sparse.describe.description import CompressorConfig
+        from cutlass_sparse.describe.helper_kernels import CompressorConfig
 
         wanted = [CompressorConfig(d) for d in DTYPES] + list(sm90_configs(args.sm_count))
         wanted += list(issue4_configs("sm90", args.sm_count))

@@ -14,7 +14,8 @@ from cutlass_sparse.launch import sm80
 from cutlass_sparse.describe import selection
 from cutlass_sparse.describe.problem import Split
 from cutlass_sparse.build.cache import KernelCache
-from cutlass_sparse.describe.description import ACTIVATIONS, ReductionConfig, SparseGemmConfig
+from cutlass_sparse.describe.description import ACTIVATIONS, SparseGemmConfig
+from cutlass_sparse.describe.helper_kernels import ReductionConfig
 
 SMALL = SparseGemmConfig(family="sm80", element="f16", element_out="f16", layout_b="row",
                          threadblock=(64, 64, 64), warps=(2, 2, 1), stages=4, instruction=(16, 8, 32),
@@ -125,7 +126,7 @@ def test_staging_copy_kernel_compiles_with_an_entry_per_access_width(shared_cach
     """The staging copy (emit.line_copy) compiles for sm_90a without CUTLASS, with one entry
     per access width taking the launcher's argument block, and warm-up ships it."""
     from cutlass_sparse.build import warmup
-    from cutlass_sparse.describe.description import LineCopyConfig
+    from cutlass_sparse.describe.helper_kernels import LineCopyConfig
 
     config = LineCopyConfig()
     compiled = kernels.get(config, "sm_90a", KernelCache(shared_cache_path))

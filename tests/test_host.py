@@ -8,7 +8,7 @@ import pytest
 from cutlass_sparse import host
 from cutlass_sparse.build import warmup
 from cutlass_sparse.describe import selection
-from cutlass_sparse.describe.description import CompressorConfig, LineCopyConfig
+from cutlass_sparse.describe.helper_kernels import CompressorConfig, LineCopyConfig
 
 GiB = 1 << 30
 

@@ -10,7 +10,7 @@ from cutlass_sparse.emit import nvrtc_headers
 
 from cutlass_sparse.launch import tma
 from cutlass_sparse.build.cache import KernelCache
-from cutlass_sparse.describe.description import CompressorConfig
+from cutlass_sparse.describe.helper_kernels import CompressorConfig
 from cutlass_sparse.emit.registry import emit
 from cutlass_sparse.emit.sm90 import SETUP
 from cutlass_sparse.emit.sm90_compressor import COMPRESS

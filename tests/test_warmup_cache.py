@@ -165,7 +165,7 @@ def test_cache_command_line(tmp_path):
 
 def test_workers_compile_every_kind_of_kernel(tmp_path, monkeypatch):
     # GEMMs, the split-K reduction and the sm90 compressor all travel to workers as JSON.
-    from cutlass_sparse.describe.description import CompressorConfig, ReductionConfig
+    from cutlass_sparse.describe.helper_kernels import CompressorConfig, ReductionConfig
 
     monkeypatch.setenv("CUTLASS_SPARSE_CACHE", str(tmp_path / "kinds.db"))
     items = [(ReductionConfig("f16", 8, "relu"), "sm_80"), (CompressorConfig("bf16"), "sm_90a")]

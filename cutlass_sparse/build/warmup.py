@@ -9,7 +9,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from .. import host
 from ..describe import catalog, dtypes
-from ..describe.description import CompressorConfig, LineCopyConfig, ReductionConfig, SparseGemmConfig
+from ..describe.description import SparseGemmConfig
+from ..describe.helper_kernels import CompressorConfig, LineCopyConfig, ReductionConfig
 from ..describe.problem import allocated_d_layout
 from . import kernels
 from .cache import default_cache

@@ -149,7 +149,8 @@ def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, clust
     (measured +2 to 2.5% at 4096^3, 4096x4096x11008, 8192^3 and 28672x4096x8192 under all
     three raster orders, docs/tune90_raster_h100.log); else 4 from eight waves up (+2% at
     8192^3, +11% at 16384^3 with the earlier 256x128 tile); else 2 for SQUARE_TILE in 1x2
-    clusters at 5-8 N tiles; else the catalog's default (1: swizzling a few waves cost up to 3x). Never more than the clusters along either side:
+    clusters at 5-8 N tiles; else the catalog's default (1: swizzling a few waves cost up
+    to 3x). Never more than the clusters along either side:
     256x128 tiles in 1x2 clusters at 1024 tokens (8 N tiles, 4 clusters) ran at half speed
     with swizzle 8 and as 1 with 4 (docs/sweep_8bit_picks_round5_h100.log); and halved while
     it pads the tile grid by more than SWIZZLE_PADDING."""
@@ -175,8 +176,9 @@ def sm90_swizzle(threadblock, m: int, n: int, sm_count: int, default: int, clust
 # level at 4608x4096x3584 (1.33) and 7168x4096x7168 (1.0); along M lost 4-14% where the
 # ratio is below 1 (18944x4096x3584, 12544x4096x4096, 11008x4096x4096). At swizzle 8 (8192^3,
 # 4096^3, 4096x4096x14336, 6144x4096x4096, 14336x16384x4096, 4096x8192x14336, 6144x8192x4096,
-# 4096x6144x4096: ratios 1.1-2.5) along M was level (-1% to +1%): not taken; at 4, 7168x8192x7168 (1.8) +1.4%. At the power cap
-# (sweep_swizzle.py --heat 1.2): 8448x8192x8192 940 -> 970, 11008x16384x4096 720 -> 935.
+# 4096x6144x4096: ratios 1.1-2.5) along M was level (-1% to +1%): not taken; at 4,
+# 7168x8192x7168 (1.8) +1.4%. At the power cap (sweep_swizzle.py --heat 1.2): 8448x8192x8192
+# 940 -> 970, 11008x16384x4096 720 -> 935.
 # e4m3 (128x256x128 c2x1) the same way: 8448x16384x4096 1398 -> 1953, 11008x16384x4096 1437 ->
 # 1871, 8448x8192x8192 1852 -> 2020, 5120x8192x5120 +2.8%, 3072x4096x13824 +1.1%, 3584x4096x18944
 # +0.5%; 18944x4096x3584 (below) -5%. s8's 256x128 tiles in 1x2 clusters run along M already

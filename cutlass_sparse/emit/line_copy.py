@@ -14,7 +14,7 @@ this grid to finish before it reads (launch.pdl).
 """
 from __future__ import annotations
 
-from ..describe.description import LineCopyConfig
+from ..describe.helper_kernels import LineCopyConfig
 from . import arguments
 from .emitted import Emitted
 from .template import substitute

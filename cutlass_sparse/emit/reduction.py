@@ -8,7 +8,7 @@ call would.
 from __future__ import annotations
 
 from ..describe import dtypes
-from ..describe.description import ReductionConfig
+from ..describe.helper_kernels import ReductionConfig
 from . import arguments, epilogue
 from .emitted import Emitted
 from .template import substitute

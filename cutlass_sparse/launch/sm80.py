@@ -22,7 +22,8 @@ import numpy as np
 from ..build import kernels
 from ..describe import catalog, dtypes, selection
 from ..describe.arith import cdiv, round_up
-from ..describe.description import ReductionConfig, SparseGemmConfig
+from ..describe.description import SparseGemmConfig
+from ..describe.helper_kernels import ReductionConfig
 from ..describe.problem import Problem, Split
 from ..describe.selection import partial_ld
 from ..emit import arguments

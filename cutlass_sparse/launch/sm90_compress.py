@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..build import kernels
 from ..describe.arith import cdiv, round_up
-from ..describe.description import CompressorConfig
+from ..describe.helper_kernels import CompressorConfig
 from ..emit.sm90_compressor import COMPRESS
 from . import device, modules
 

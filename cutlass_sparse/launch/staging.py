@@ -52,7 +52,7 @@ class _LineCopier:
     block (launch.pdl.Entry: programmatic, after whatever the stream ran last)."""
 
     def __init__(self, device_id: int, compiled):
-        from ..describe.description import LineCopyConfig
+        from ..describe.helper_kernels import LineCopyConfig
         from ..emit.arguments import LINE_COPY
         from . import modules, pdl
 
@@ -98,7 +98,7 @@ def _copier(device_id: int) -> _LineCopier | None:
     except KeyError:
         pass
     from ..build import compiler, kernels
-    from ..describe.description import LineCopyConfig
+    from ..describe.helper_kernels import LineCopyConfig
     from . import device
 
     with _copiers_lock:

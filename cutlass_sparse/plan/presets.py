@@ -11,7 +11,7 @@ import math
 
 from ..build import kernels
 from ..describe import catalog, dtypes, selection
-from ..describe.description import LineCopyConfig
+from ..describe.helper_kernels import LineCopyConfig
 from ..describe.problem import Problem, x_layout
 from . import plans
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from .. import reference
 from ..build import warmup
 from ..describe import catalog, dtypes, selection
-from ..describe.description import ReductionConfig
+from ..describe.helper_kernels import ReductionConfig
 from ..describe.problem import Epilogue, Operand, Problem, Split
 from ..plan import plans
 from ..plan.records import Choice, Signature, candidates, put_record, record_of

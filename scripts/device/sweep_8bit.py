@@ -21,7 +21,7 @@ from cutlass_sparse.build import warmup  # noqa: E402
 from cutlass_sparse.cli import bench_quantized  # noqa: E402
 from cutlass_sparse.describe import dtypes  # noqa: E402
 from cutlass_sparse.describe import catalog  # noqa: E402
-from cutlass_sparse.describe.description import CompressorConfig  # noqa: E402
+from cutlass_sparse.describe.helper_kernels import CompressorConfig  # noqa: E402
 from cutlass_sparse.describe.problem import Epilogue, Problem  # noqa: E402
 from cutlass_sparse.formats.matrices import SparseMatrix  # noqa: E402
 from cutlass_sparse.formats.quantize import decode, decode_e4m3, quantize, quantize_e4m3  # noqa: E402

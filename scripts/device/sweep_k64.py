@@ -17,7 +17,7 @@ from cutlass_sparse import reference  # noqa: E402
 from cutlass_sparse.build import warmup  # noqa: E402
 from cutlass_sparse.cli.bench import cusparselt  # noqa: E402
 from cutlass_sparse.describe import catalog  # noqa: E402
-from cutlass_sparse.describe.description import CompressorConfig  # noqa: E402
+from cutlass_sparse.describe.helper_kernels import CompressorConfig  # noqa: E402
 from cutlass_sparse.formats import sm90_layout  # noqa: E402
 from cutlass_sparse.launch import sm90_compress  # noqa: E402
 
