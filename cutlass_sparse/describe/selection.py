@@ -211,7 +211,8 @@ def sm90_raster(threadblock, m: int, n: int, k: int, sm_count: int, swizzle: int
     return ALONG_M if along_n >= RASTER_GAIN * along_m else 0
 
 
-def _operand_items(element: str, x_element: str) -> tuple[int, int]:
+def operand_items(element: str, x_element: str) -> tuple[int, int]:
+    """Bytes per element of A and of x (sm90_raster's item_a, item_b)."""
     return dtypes.numpy_dtype(element).itemsize, dtypes.numpy_dtype(x_element).itemsize
 
 
@@ -271,7 +272,7 @@ def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, lay
         swizzle = sm90_swizzle(tile[0], m, n, sm_count, config.swizzle, tile[3])
         return dataclasses.replace(config, swizzle=swizzle, layout_c=allocated_d_layout("sm90", n, element_out),
                                    raster=sm90_raster(tile[0], m, n, k, sm_count, swizzle,
-                                                      *_operand_items(element, config.b_element), tile[3]))
+                                                      *operand_items(element, config.b_element), tile[3]))
     if element == "s8":
         layout_b = "col"   # int8 B must be K-major
     m_pad = cdiv(m, 32) * 32

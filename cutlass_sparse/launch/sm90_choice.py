@@ -83,8 +83,7 @@ def run_raster(problem: Problem, kernel: SparseGemmConfig, swizzle: int) -> int:
     swizzle (a run-time argument, like the swizzle): selection's."""
     p = problem
     return selection.sm90_raster(kernel.threadblock, p.m, p.n, p.k, p.sm_count, swizzle,
-                                 dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.x_element).itemsize,
-                                 kernel.cluster)
+                                 *selection.operand_items(p.element, p.x_element), kernel.cluster)
 
 
 def run_order(problem: Problem, kernel: SparseGemmConfig, choice=None) -> SparseGemmConfig:

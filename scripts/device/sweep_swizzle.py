@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cutlass_sparse.build import warmup  # noqa: E402
-from cutlass_sparse.describe import catalog, dtypes, selection  # noqa: E402
+from cutlass_sparse.describe import catalog, selection  # noqa: E402
 from sustained import checked_calls, parse_rows, sustained_ms  # noqa: E402
 from sweep_8bit_picks import library_pick  # noqa: E402
 
@@ -63,8 +63,8 @@ def contestants(dtype, m, n, k, rivals=(), swizzles=SWIZZLES, rasters=None) -> d
                 continue
             padding = selection.swizzle_padding(s, config.threadblock, m, n, config.cluster)
             mark = "*" if s == heuristic else " "
-            items = dtypes.numpy_dtype(config.element).itemsize, dtypes.numpy_dtype(config.b_element).itemsize
-            chosen = selection.sm90_raster(config.threadblock, m, n, k, 132, s, *items, config.cluster)
+            chosen = selection.sm90_raster(config.threadblock, m, n, k, 132, s,
+                                           *selection.operand_items(config.element, config.b_element), config.cluster)
             for r in (chosen,) if rasters is None else rasters:
                 found[f"{label} s{s}{mark} r{r}{'*' if r == chosen else ' '} pad {padding:4.0%}"] = \
                     dataclasses.replace(config, swizzle=s, raster=r)
