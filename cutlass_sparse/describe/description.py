@@ -62,6 +62,9 @@ TILE_SCHEDULERS = ("persistent", "streamk")
 # sm90 tile scheduler's raster order (CUTLASS's RasterOrderOptions): 0 its heuristic (along
 # the longer side's tiles), 1 along M, 2 along N. A run-time argument, like the swizzle.
 RASTERS = (0, 1, 2)
+# sm90 cooperative producer registers (load_registers): 0 is CUTLASS's 40; the consumers get
+# the rest of the 64K registers in steps of 8 (consumer_registers).
+LOAD_REGISTERS = (0, 56, 72)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,10 @@ class SparseGemmConfig:
     direct_store: bool = False
     # sm90: the tile scheduler's raster order (RASTERS); run-time, shared by one binary.
     raster: int = 0
+    # sm90 cooperative: registers the producer (TMA) warp group keeps after setmaxnreg (0:
+    # CUTLASS's 40); the two consumer warp groups get what is left of the 64K. The stream-K
+    # scheduler's bookkeeping spills at 40 (emit.nvrtc_headers).
+    load_registers: int = 0
 
     def __post_init__(self):
         checks = [
@@ -171,6 +178,9 @@ class SparseGemmConfig:
              "reads_c False: family sm90 only (CUTLASS 2.x sparse kernels always have a C operand)"),
             (not self.direct_store or self.family == "sm90",
              f"direct_store: family sm90 only (CUTLASS 3.x's epilogues), not {self.family}"),
+            (self.load_registers in LOAD_REGISTERS and (self.load_registers == 0 or self.schedule == "cooperative"),
+             f"load_registers {self.load_registers}: one of {LOAD_REGISTERS}, and only for the sm90 'cooperative' "
+             f"schedule (0: CUTLASS's 40)"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
              "tile_scheduler 'streamk' needs the sm90 'cooperative' schedule (CUTLASS's ping-pong kernel has no stream-K)"),
         ]
@@ -287,6 +297,8 @@ class SparseGemmConfig:
             name += "_epi" + "x".join(map(str, self.epilogue_tile))
         if self.mma_in_flight:
             name += "_inflight"
+        if self.load_registers:
+            name += f"_ld{self.load_registers}"
         if not self.reads_c:
             name += "_noc"
         return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
@@ -298,7 +310,7 @@ class SparseGemmConfig:
         fields["direct_store"] = self.stores_directly   # a wish the epilogue refuses changes nothing
         for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", ""), ("reads_c", True),
                                ("epilogue_tile", ()), ("mma_in_flight", False), ("direct_store", False),
-                               ("raster", 0)):
+                               ("raster", 0), ("load_registers", 0)):
             if fields[field] == default:   # keys made before the field existed stay valid
                 del fields[field]
         blob = json.dumps(fields, sort_keys=True)
@@ -316,6 +328,12 @@ class SparseGemmConfig:
         """sm90: K of the compressed metadata's layout atom this kernel reads (CUTLASS's
         builder takes min(tile K, 128)); a matrix holds metadata for each atom it is run with."""
         return min(self.threadblock[2], 128)
+
+    @property
+    def consumer_registers(self) -> int:
+        """Registers each consumer warp group of a cooperative kernel with load_registers
+        keeps: what the producer leaves of the SM's 64K, in steps of 8."""
+        return (65536 - 128 * self.load_registers) // 256 // 8 * 8
 
     @property
     def threads(self) -> int:

@@ -42,6 +42,7 @@ SCHEDULER_PARAMS_HEADER = "cutlass/gemm/kernel/tile_scheduler_params.h"
 PINGPONG_HEADER = "cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_pingpong.hpp"
 STREAM_K_HEADER = "cutlass/gemm/kernel/sm90_tile_scheduler_stream_k.hpp"
 SPARSE_MAINLOOP_HEADER = "cutlass/gemm/collective/sm90_sparse_mma_tma_gmma_ss_warpspecialized.hpp"
+COOPERATIVE_HEADER = "cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_cooperative.hpp"
 
 # Recipe layout inside the 128-byte descriptor (mirrored by tma.RECIPE_DTYPE).
 RECIPE_HOOK = r"""
@@ -218,11 +219,25 @@ class HeaderPatchError(RuntimeError):
     pass
 
 
+def _register_split(load: int, consumer: int) -> dict:
+    """The cooperative kernel's setmaxnreg split (SparseGemmConfig.load_registers): only the
+    kernels that ask for one get the patched header (and so a new cache key)."""
+    return {COOPERATIVE_HEADER: [
+        ("LoadRegisterRequirement = !HeavyRegisterPressure ? 40 : 24;",
+         f"LoadRegisterRequirement = !HeavyRegisterPressure ? {load} : 24;  // cutlass_sparse"),
+        ("MmaRegisterRequirement = !HeavyRegisterPressure ? 232 : 240;",
+         f"MmaRegisterRequirement = !HeavyRegisterPressure ? {consumer} : 240;  // cutlass_sparse"),
+    ]}
+
+
 @functools.cache
-def patched_headers(mma_in_flight: bool = False) -> tuple[tuple[str, str], ...]:
+def patched_headers(mma_in_flight: bool = False, registers: tuple[int, int] | None = None) -> tuple[tuple[str, str], ...]:
     """(include name, patched text) for every patched CUTLASS header; mma_in_flight adds the
-    sparse mainloop's (SparseGemmConfig.mma_in_flight)."""
-    extra = _IN_FLIGHT_PATCHES if mma_in_flight else {}
+    sparse mainloop's (SparseGemmConfig.mma_in_flight), registers (producer, consumer) the
+    cooperative kernel's register split (SparseGemmConfig.load_registers)."""
+    extra = dict(_IN_FLIGHT_PATCHES) if mma_in_flight else {}
+    if registers:
+        extra.update(_register_split(*registers))
     patch_sets = {include: _PATCHES.get(include, []) + extra.get(include, []) for include in {**_PATCHES, **extra}}
     return tuple((include, _patched(include, patches)) for include, patches in patch_sets.items())
 

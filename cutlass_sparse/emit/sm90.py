@@ -314,7 +314,8 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "before_includes": BEFORE_INCLUDES, "after_includes": AFTER_INCLUDES,
     })
     return Emitted(source, {config.name: ("params_bytes", 8), f"{config.name}_setup": setup.dtype.itemsize},
-                   ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(config.mma_in_flight),
+                   ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(
+                       config.mma_in_flight, (config.load_registers, config.consumer_registers) if config.load_registers else None),
                    ("--device-int128",))
 
 

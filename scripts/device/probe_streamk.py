@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Issue 13 (GPU machine): why CUTLASS's stream-K scheduler runs 15-30% behind the
+persistent one on the same tile even where it decomposes data-parallel (sessions 17 and
+30). For each row: the library's persistent pick, its stream-K twin under each
+decomposition, and the twin with the producer warp group given more registers
+(`load_registers`: the stream-K kernel spills at CUTLASS's 40, the persistent one does
+not; nvdisasm of both cubins), each with its launch grid and workspace, kernel-only
+(CUDA-graph replay), every result checked against the dense product.
+--once: run each plan once, untimed (for Nsight Compute to profile).
+Run from the repository root:
+python scripts/device/probe_streamk.py [--rows f16:8448x8192x8192,...] [--compile-only] [--once]"""
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+
+ROWS = "f16:8448x8192x8192,f16:4096x4096x4096,f16:5120x1024x13824,f16:11008x512x4096"
+DECOMPOSITIONS = ("data_parallel", "heuristic")
+REGISTERS = {(128, 128): 72, (128, 256): 56}   # producer registers for each tile's twin
+
+
+def parse_rows(text):
+    rows = []
+    for item in text.split(","):
+        dtype, shape = item.split(":")
+        rows.append((dtype, tuple(int(v) for v in shape.split("x"))))
+    return rows
+
+
+def kernels(rows):
+    """{row: (pick, twin, twin with more producer registers)}."""
+    from cutlass_sparse.launch.sm90_choice import resolve
+    from sweep_streamk import problem_for
+
+    out = {}
+    for dtype, shape in rows:
+        pick = resolve(problem_for(dtype, *shape), None)[0]
+        twin = dataclasses.replace(pick, tile_scheduler="streamk")
+        roomy = dataclasses.replace(twin, load_registers=REGISTERS.get(pick.threadblock[:2], 72))
+        out[(dtype, shape)] = (pick, twin, roomy)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=ROWS)
+    parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--once", action="store_true", help="each plan once, untimed (for ncu)")
+    parser.add_argument("--jobs", type=int, default=16)
+    args = parser.parse_args()
+    rows = parse_rows(args.rows)
+    table = kernels(rows)
+    from sweep_void_c import compile_candidates
+    compile_candidates([(c, "sm_90a") for trio in table.values() for c in trio], args.jobs)
+    if args.compile_only:
+        return
+
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.describe import dtypes
+    from cutlass_sparse.launch.sm90 import Sm90Plan
+    from cutlass_sparse.launch.sm90_choice import Scheduling
+    from sweep_streamk import problem_for
+    from sweep_void_c import KINDS, as_float32, check, operands
+
+    rng = cupy.random.default_rng(0)
+    for (dtype, (m, n, k)), (pick, twin, roomy) in table.items():
+        sw, x, ref, alpha, peers = operands(dtype, m, n, k, rng)
+        flops = 2.0 * m * n * k
+        print(f"{dtype} {m}x{n}x{k}", flush=True)
+        if not args.once:
+            for name, run in peers.items():
+                print(f"  {name:34} {flops / reference.kernel_median_ms(run) / 1e9:7.1f}", flush=True)
+        problem = problem_for(dtype, m, n, k, alpha)
+        d = cupy.empty((m, n), dtype=dtypes.numpy_dtype(KINDS[dtype][0]))
+        runs = [(pick, None)] + [(c, s) for c in (twin, roomy) for s in DECOMPOSITIONS]
+        for config, decomposition in runs:
+            label = (f"{'x'.join(map(str, config.threadblock))} c{config.cluster[0]}x{config.cluster[1]} "
+                     f"{decomposition or 'persistent'}{' ld' + str(config.load_registers) if config.load_registers else ''}")
+            try:
+                plan = Sm90Plan(problem, config)
+                if decomposition:
+                    plan.scheduling = Scheduling(decomposition, 1)
+                    plan._block = plan._setup_block()
+                d.fill(0)
+                plan.launch_direct(sw, x.data.ptr, d.data.ptr)
+                ok, what = check(as_float32(d, dtype), ref, dtype)
+                info = plan.info()
+                extra = f"grid {info.get('grid')} workspace {info.get('workspace_bytes', '?')}"
+                if args.once:
+                    print(f"  {label:34} ran once {'ok' if ok else 'FAIL ' + what}  {extra}", flush=True)
+                    continue
+                ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, x.data.ptr, d.data.ptr))
+                print(f"  {label:34} {flops / ms / 1e9:7.1f}  {'ok' if ok else 'FAIL ' + what}  {extra}", flush=True)
+            except Exception as exc:   # noqa: BLE001 - a probe reports and goes on
+                print(f"  {label:34} {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
