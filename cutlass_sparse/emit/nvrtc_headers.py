@@ -215,6 +215,27 @@ _IN_FLIGHT_PATCHES = {
 }
 
 
+# Stream-K kernels only (their cache keys alone change): the stream-K scheduler keeps a copy
+# of its Params (about 400 bytes of fast divisors) as a member, which the compiler holds in
+# registers across the whole kernel; the producer warp group, at 40 registers, spills them
+# (nvdisasm: 431 spill instructions in the producer, none in the persistent kernel; Nsight
+# Compute: 525k local-memory requests at 4096^3, which miss the L1 that the mainloop's
+# shared memory leaves). A pointer to the kernel's Params instead: each use reads them.
+_STREAM_K_PATCHES = {
+    STREAM_K_HEADER: [
+        ("  Params scheduler_params;\n",
+         "  Params const* scheduler_params = nullptr;  // cutlass_sparse: by pointer (see nvrtc_headers)\n"),
+        ("scheduler_params(params_), block_id_in_cluster_", "scheduler_params(&params_), block_id_in_cluster_"),
+        ("current_work_linear_idx_, block_id_in_cluster_, scheduler_params);",
+         "current_work_linear_idx_, block_id_in_cluster_, *scheduler_params);"),
+        ("block_id_in_cluster_, work_tile_info, scheduler_params);",
+         "block_id_in_cluster_, work_tile_info, *scheduler_params);"),
+        ("        block_id_in_cluster_,\n        scheduler_params\n    ).is_valid();",
+         "        block_id_in_cluster_,\n        *scheduler_params\n    ).is_valid();"),
+    ],
+}
+
+
 class HeaderPatchError(RuntimeError):
     pass
 
@@ -231,13 +252,17 @@ def _register_split(load: int, consumer: int) -> dict:
 
 
 @functools.cache
-def patched_headers(mma_in_flight: bool = False, registers: tuple[int, int] | None = None) -> tuple[tuple[str, str], ...]:
+def patched_headers(mma_in_flight: bool = False, registers: tuple[int, int] | None = None,
+                    stream_k: bool = False) -> tuple[tuple[str, str], ...]:
     """(include name, patched text) for every patched CUTLASS header; mma_in_flight adds the
     sparse mainloop's (SparseGemmConfig.mma_in_flight), registers (producer, consumer) the
-    cooperative kernel's register split (SparseGemmConfig.load_registers)."""
+    cooperative kernel's register split (SparseGemmConfig.load_registers), stream_k the
+    stream-K scheduler's Params by pointer."""
     extra = dict(_IN_FLIGHT_PATCHES) if mma_in_flight else {}
     if registers:
         extra.update(_register_split(*registers))
+    for include, patches in (_STREAM_K_PATCHES.items() if stream_k else ()):
+        extra[include] = extra.get(include, []) + patches
     patch_sets = {include: _PATCHES.get(include, []) + extra.get(include, []) for include in {**_PATCHES, **extra}}
     return tuple((include, _patched(include, patches)) for include, patches in patch_sets.items())
 

@@ -315,7 +315,8 @@ def emit(config: SparseGemmConfig) -> Emitted:
     })
     return Emitted(source, {config.name: ("params_bytes", 8), f"{config.name}_setup": setup.dtype.itemsize},
                    ("shared_bytes", "threads", "params_bytes"), nvrtc_headers.patched_headers(
-                       config.mma_in_flight, (config.load_registers, config.consumer_registers) if config.load_registers else None),
+                       config.mma_in_flight, (config.load_registers, config.consumer_registers) if config.load_registers else None,
+                       config.tile_scheduler == "streamk"),
                    ("--device-int128",))
 
 
