@@ -205,20 +205,22 @@ def _same_store(name: str) -> str:
 
 
 # What a name adds after a catalog configuration's own: an epilogue subtile, wgmma in
-# flight, no C
-_SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_inflight)?(_noc)?$")
+# flight, the producer's registers, no C
+_SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_inflight)?(?:_ld(\d+))?(_noc)?$")
 
 
 @functools.lru_cache(maxsize=1024)   # a walk over every catalog (tens of ms); configurations are frozen
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
     """The configuration with this procedural name, among every one the catalogs can build
     (an sm90 name may end in the suffixes of an epilogue subtile, of wgmma in flight and of
-    a kernel without C, as calls report them: `..._epi128x16_inflight_noc`)."""
+    a kernel without C, as calls report them: `..._epi128x16_inflight_noc`; and a register
+    split's `_ld72`)."""
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
     suffixes = _SUFFIXES.search(name)   # the name says both what it adds
     base = name[:suffixes.start()]
-    changes = {"reads_c": suffixes[4] is None, "mma_in_flight": suffixes[3] is not None,
-               "epilogue_tile": (int(suffixes[1]), int(suffixes[2])) if suffixes[1] else ()}
+    changes = {"reads_c": suffixes[5] is None, "mma_in_flight": suffixes[3] is not None,
+               "epilogue_tile": (int(suffixes[1]), int(suffixes[2])) if suffixes[1] else (),
+               "load_registers": int(suffixes[4] or 0)}
     for fam in names:
         for config in load(fam).enumerate(widest_only=False):
             if _same_store(_SUFFIXES.sub("", config.name)) != _same_store(base):   # the catalog's name, before the suffixes
