@@ -64,10 +64,8 @@ def main():
 
     from cutlass_sparse import reference
     from cutlass_sparse.describe import dtypes
-    from cutlass_sparse.launch.sm90 import Sm90Plan
-    from cutlass_sparse.launch.sm90_choice import Scheduling
-    from sweep_streamk import problem_for
-    from sweep_void_c import KINDS, as_float32, check, operands
+    from sweep_streamk import checked_plan, problem_for
+    from sweep_void_c import KINDS, operands
 
     rng = cupy.random.default_rng(0)
     for (dtype, (m, n, k)), (pick, twin, roomy) in table.items():
@@ -84,13 +82,7 @@ def main():
             label = (f"{'x'.join(map(str, config.threadblock))} c{config.cluster[0]}x{config.cluster[1]} "
                      f"{decomposition or 'persistent'}{' ld' + str(config.load_registers) if config.load_registers else ''}")
             try:
-                plan = Sm90Plan(problem, config)
-                if decomposition:
-                    plan.scheduling = Scheduling(decomposition, 1)
-                    plan._block = plan._setup_block()
-                d.fill(0)
-                plan.launch_direct(sw, x.data.ptr, d.data.ptr)
-                ok, what = check(as_float32(d, dtype), ref, dtype)
+                plan, ok, what = checked_plan(problem, config, decomposition, (sw, x, d, ref, dtype))
                 info = plan.info()
                 extra = f"grid {info.get('grid')} workspace {info.get('workspace_bytes', '?')}"
                 if args.once:

@@ -49,6 +49,19 @@ def label(config, decomposition=""):
     return f"{tb:11} c{config.cluster[0]}x{config.cluster[1]} swz{config.swizzle} {decomposition or 'persistent'}"
 
 
+def checked_plan(problem, config, decomposition, run):
+    """(plan, ok, what): the config's plan under the decomposition (None: its own), run once
+    on run = (sw, x, d, reference, dtype) and checked."""
+    sw, x, d, ref, dtype = run
+    plan = Sm90Plan(problem, config)
+    if decomposition:
+        plan.scheduling = Scheduling(decomposition, 1)
+        plan._block = plan._setup_block()
+    d.fill(0)
+    plan.launch_direct(sw, x.data.ptr, d.data.ptr)
+    return (plan, *check(as_float32(d, dtype), ref, dtype))
+
+
 def sweep(dtype, rng):
     chosen, twins = kernels(dtype)
     out = KINDS[dtype][0]
@@ -64,13 +77,7 @@ def sweep(dtype, rng):
         runs = [(chosen[shape], None)] + [(twins[chosen[shape]], s) for s in DECOMPOSITIONS]
         for config, decomposition in runs:
             try:
-                plan = Sm90Plan(problem, config)
-                if decomposition:
-                    plan.scheduling = Scheduling(decomposition, 1)
-                    plan._block = plan._setup_block()
-                d.fill(0)
-                plan.launch_direct(sw, x.data.ptr, d.data.ptr)
-                ok, what = check(as_float32(d, dtype), ref, dtype)
+                plan, ok, what = checked_plan(problem, config, decomposition, (sw, x, d, ref, dtype))
                 ms = reference.kernel_median_ms(lambda: plan.launch_direct(sw, x.data.ptr, d.data.ptr))
                 line.append(f"| {label(config, decomposition)} {flops / ms / 1e9:6.0f}{'' if ok else ' FAIL ' + what}")
             except Exception as exc:   # noqa: BLE001 - a sweep reports and goes on
