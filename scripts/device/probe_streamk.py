@@ -52,6 +52,8 @@ def main():
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--once", action="store_true", help="each plan once, untimed (for ncu)")
     parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--decompositions", default=",".join(DECOMPOSITIONS),
+                        help="of data_parallel, heuristic, stream_k (CUTLASS's DecompositionMode)")
     args = parser.parse_args()
     rows = parse_rows(args.rows)
     table = kernels(rows)
@@ -77,7 +79,7 @@ def main():
                 print(f"  {name:34} {flops / reference.kernel_median_ms(run) / 1e9:7.1f}", flush=True)
         problem = problem_for(dtype, m, n, k, alpha)
         d = cupy.empty((m, n), dtype=dtypes.numpy_dtype(KINDS[dtype][0]))
-        runs = [(pick, None)] + [(c, s) for c in (twin, roomy) for s in DECOMPOSITIONS]
+        runs = [(pick, None)] + [(c, s) for c in (twin, roomy) for s in args.decompositions.split(",")]
         for config, decomposition in runs:
             label = (f"{'x'.join(map(str, config.threadblock))} c{config.cluster[0]}x{config.cluster[1]} "
                      f"{decomposition or 'persistent'}{' ld' + str(config.load_registers) if config.load_registers else ''}")
