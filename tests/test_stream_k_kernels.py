@@ -29,16 +29,29 @@ def test_only_a_stream_k_kernel_reads_its_scheduler_params_by_pointer():
     assert "unit_iter_start = unit_iter_start_;" in patched[header]   # the base set's patch stays
     del plain[header], patched[header]
     assert plain == patched
-    # so a persistent kernel's key does not depend on the stream-K patch
-    assert kernels.cache_key(emit(persistent), "sm_90a", []) == kernels.cache_key(
-        emit(_pick()), "sm_90a", [])
+
+
+def test_a_persistent_kernels_key_does_not_depend_on_the_stream_k_patch(monkeypatch):
+    persistent, stream_k = _pick(), _pick(tile_scheduler="streamk")
+    keys = {c: kernels.cache_key(emit(c), "sm_90a", []) for c in (persistent, stream_k)}
+    monkeypatch.setattr(nvrtc_headers, "_STREAM_K_PATCHES", {})
+    nvrtc_headers.patched_headers.cache_clear()
+    try:
+        assert kernels.cache_key(emit(persistent), "sm_90a", []) == keys[persistent]
+        assert kernels.cache_key(emit(stream_k), "sm_90a", []) != keys[stream_k]
+    finally:
+        nvrtc_headers.patched_headers.cache_clear()
 
 
 def test_a_register_split_is_its_own_kernel_and_its_name_finds_it():
     base = _pick(tile_scheduler="streamk")
     roomy = dataclasses.replace(base, load_registers=72)
     assert roomy.consumer_registers == 216 and dataclasses.replace(base, load_registers=56).consumer_registers == 224
-    assert 128 * 72 + 256 * roomy.consumer_registers <= 65536
+    assert base.consumer_registers == 232   # CUTLASS's own split
+    # setmaxnreg only moves registers among the CTA's warp groups: 384 threads x 168
+    for load in (56, 72):
+        split = dataclasses.replace(base, load_registers=load)
+        assert 128 * load + 256 * split.consumer_registers <= 384 * 168 and split.consumer_registers % 8 == 0
     assert roomy.name == base.name[:-len("_noc")] + "_ld72_noc"
     assert roomy.key != base.key
     listed = next(c for c in catalog.load("sm90").enumerate() if c.tile_scheduler == "streamk")
@@ -57,8 +70,22 @@ def test_a_register_split_is_its_own_kernel_and_its_name_finds_it():
 
 def test_a_register_split_needs_the_cooperative_schedule_and_a_known_count():
     base = _pick()
-    with pytest.raises(ValueError, match="load_registers 64: one of"):
+    with pytest.raises(ValueError, match="load_registers 64 must be one of"):
         dataclasses.replace(base, load_registers=64)
     pingpong = next(c for c in catalog.load("sm90").enumerate() if c.schedule == "pingpong")
-    with pytest.raises(ValueError, match="only for the sm90 'cooperative' schedule"):
+    with pytest.raises(ValueError, match="a register split for the sm90 'cooperative' schedule"):
         dataclasses.replace(pingpong, load_registers=56)
+    # CUTLASS gives tiles of 208 accumulators a thread and more its own 24/240 split, which
+    # the patch does not touch
+    with pytest.raises(ValueError, match="below 208 accumulators"):
+        dataclasses.replace(base, threadblock=(256, 256, 64), load_registers=56)
+
+
+def test_the_catalogs_stream_k_tiles_split_their_registers(load_edited_catalog):
+    for config in catalog.load("sm90").enumerate():
+        assert config.load_registers == (72 if config.tile_scheduler == "streamk" else 0)
+        if config.tile_scheduler == "streamk":
+            header = dict(emit(config).headers)[nvrtc_headers.COOPERATIVE_HEADER]
+            assert "LoadRegisterRequirement = !HeavyRegisterPressure ? 72 : 24;" in header
+    with pytest.raises(ValueError, match="load_registers = 64: one of"):
+        load_edited_catalog('tile_scheduler = "streamk"\nload_registers = 72', 'tile_scheduler = "streamk"\nload_registers = 64')

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .. import env
 from . import dtypes
 from .arith import cdiv, round_up
-from .description import SparseGemmConfig
+from .description import LOAD_REGISTERS, SparseGemmConfig
 
 # Catalog files per family; a family's int8 and tf32 kernels have their own tiles.
 CATALOGS = {"sm80": ("sm80", "sm80_s8", "sm80_tf32"), "sm90": ("sm90", "sm90_fp8", "sm90_s8")}
@@ -65,6 +65,10 @@ class Family:
     # tiles whose kernels store D straight from registers where the epilogue allows it
     # (SparseGemmConfig.direct_store; catalog key direct_store): where the sweeps measured it ahead
     direct_store: tuple[tuple, ...] = ()
+    # (tile, producer registers) for tiles whose kernels split the registers their own way
+    # (SparseGemmConfig.load_registers; catalog key load_registers): the stream-K tiles, whose
+    # producer spilled at CUTLASS's 40
+    registers: tuple[tuple[tuple, int], ...] = ()
 
     def subtile(self, tile) -> tuple[int, ...]:
         """The epilogue subtile the catalog names for this tile (() = CUTLASS's choice)."""
@@ -74,7 +78,8 @@ class Family:
         """What the catalog names per tile beyond its shape (SparseGemmConfig fields): every
         configuration of the tile, the profiler's candidates included, takes them."""
         return {"epilogue_tile": self.subtile(tile), "mma_in_flight": tile in self.in_flight,
-                "direct_store": tile in self.direct_store}
+                "direct_store": tile in self.direct_store,
+                "load_registers": next((r for limited, r in self.registers if limited == tile), 0)}
 
     def takes_n(self, tile, n: int) -> bool:
         """Whether selection may take this tile for N's range ending at n (selection.n_range)."""
@@ -163,6 +168,13 @@ def _max_waves(tile: dict, path) -> float:
     return float(value)
 
 
+def _load_registers(tile: dict, path) -> int:
+    value = tile["load_registers"]
+    if isinstance(value, bool) or value not in LOAD_REGISTERS:
+        raise ValueError(f"{path}: tile {tile['threadblock']} load_registers = {value!r}: one of {LOAD_REGISTERS}")
+    return value
+
+
 def _flag(tile: dict, key: str, path) -> bool:
     value = tile.get(key, False)
     if not isinstance(value, bool):
@@ -195,6 +207,7 @@ def load(family: str) -> Family:
         wave_bounds=tuple((tile(t), _max_waves(t, path)) for t in data["tile"] if "max_waves" in t),
         in_flight=tuple(tile(t) for t in data["tile"] if _flag(t, "mma_in_flight", path)),
         direct_store=tuple(tile(t) for t in data["tile"] if _flag(t, "direct_store", path)),
+        registers=tuple((tile(t), _load_registers(t, path)) for t in data["tile"] if "load_registers" in t),
     )
 
 

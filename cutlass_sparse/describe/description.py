@@ -63,8 +63,16 @@ TILE_SCHEDULERS = ("persistent", "streamk")
 # the longer side's tiles), 1 along M, 2 along N. A run-time argument, like the swizzle.
 RASTERS = (0, 1, 2)
 # sm90 cooperative producer registers (load_registers): 0 is CUTLASS's 40; the consumers get
-# the rest of the 64K registers in steps of 8 (consumer_registers).
+# the rest of the CTA's registers in steps of 8 (consumer_registers).
 LOAD_REGISTERS = (0, 56, 72)
+# setmaxnreg moves registers among a CTA's warp groups: the pool is what the launch gives
+# the cooperative kernel's 384 threads (168 each, as ptxas allocates them).
+COOPERATIVE_REGISTER_POOL = 384 * 168
+# CUTLASS's split without load_registers (producer 40, consumers 232), and the accumulator
+# registers per consumer thread from which it takes 24/240 instead (HeavyRegisterPressure),
+# a split the patch leaves alone.
+CUTLASS_REGISTERS = (40, 232)
+HEAVY_ACCUMULATORS = 208
 
 
 @dataclass(frozen=True)
@@ -178,9 +186,13 @@ class SparseGemmConfig:
              "reads_c False: family sm90 only (CUTLASS 2.x sparse kernels always have a C operand)"),
             (not self.direct_store or self.family == "sm90",
              f"direct_store: family sm90 only (CUTLASS 3.x's epilogues), not {self.family}"),
-            (self.load_registers in LOAD_REGISTERS and (self.load_registers == 0 or self.schedule == "cooperative"),
-             f"load_registers {self.load_registers}: one of {LOAD_REGISTERS}, and only for the sm90 'cooperative' "
-             f"schedule (0: CUTLASS's 40)"),
+            (self.load_registers in LOAD_REGISTERS,
+             f"load_registers {self.load_registers} must be one of {LOAD_REGISTERS} (0: CUTLASS's 40)"),
+            (self.load_registers == 0 or (self.schedule == "cooperative"
+                                          and self.threadblock[0] * self.threadblock[1] // 256 < HEAVY_ACCUMULATORS),
+             f"load_registers {self.load_registers}: a register split for the sm90 'cooperative' schedule below "
+             f"{HEAVY_ACCUMULATORS} accumulators a thread (CUTLASS splits larger tiles its own way), not "
+             f"{self.family} {self.schedule} {'x'.join(map(str, self.threadblock))}"),
             (self.tile_scheduler == "persistent" or self.schedule == "cooperative",
              "tile_scheduler 'streamk' needs the sm90 'cooperative' schedule (CUTLASS's ping-pong kernel has no stream-K)"),
         ]
@@ -331,9 +343,12 @@ class SparseGemmConfig:
 
     @property
     def consumer_registers(self) -> int:
-        """Registers each consumer warp group of a cooperative kernel with load_registers
-        keeps: what the producer leaves of the SM's 64K, in steps of 8."""
-        return (65536 - 128 * self.load_registers) // 256 // 8 * 8
+        """Registers each consumer thread of a cooperative kernel keeps after setmaxnreg:
+        CUTLASS's 232, or with load_registers what the producer leaves of the CTA's pool,
+        in steps of 8."""
+        if not self.load_registers:
+            return CUTLASS_REGISTERS[1]
+        return (COOPERATIVE_REGISTER_POOL - 128 * self.load_registers) // 256 // 8 * 8
 
     @property
     def threads(self) -> int:

@@ -258,11 +258,11 @@ def patched_headers(mma_in_flight: bool = False, registers: tuple[int, int] | No
     sparse mainloop's (SparseGemmConfig.mma_in_flight), registers (producer, consumer) the
     cooperative kernel's register split (SparseGemmConfig.load_registers), stream_k the
     stream-K scheduler's Params by pointer."""
-    extra = dict(_IN_FLIGHT_PATCHES) if mma_in_flight else {}
-    if registers:
-        extra.update(_register_split(*registers))
-    for include, patches in (_STREAM_K_PATCHES.items() if stream_k else ()):
-        extra[include] = extra.get(include, []) + patches
+    extra: dict = {}
+    for wanted, patch_set in ((mma_in_flight, _IN_FLIGHT_PATCHES), (registers, _register_split(*(registers or (0, 0)))),
+                              (stream_k, _STREAM_K_PATCHES)):
+        for include, patches in (patch_set.items() if wanted else ()):
+            extra[include] = extra.get(include, []) + patches
     patch_sets = {include: _PATCHES.get(include, []) + extra.get(include, []) for include in {**_PATCHES, **extra}}
     return tuple((include, _patched(include, patches)) for include, patches in patch_sets.items())
 

@@ -5,7 +5,9 @@ persistent one on the same tile even where it decomposes data-parallel (sessions
 decomposition, and the twin with the producer warp group given more registers
 (`load_registers`: the stream-K kernel spills at CUTLASS's 40, the persistent one does
 not; nvdisasm of both cubins), each with its launch grid and workspace, kernel-only
-(CUDA-graph replay), every result checked against the dense product.
+(reference.kernel_median_ms: back-to-back calls behind a spin kernel), every result checked
+against the dense product. Rows whose pick is not cooperative (ping-pong has no stream-K)
+time the pick alone.
 --once: run each plan once, untimed (for Nsight Compute to profile).
 Run from the repository root:
 python scripts/device/probe_streamk.py [--rows f16:8448x8192x8192,...] [--compile-only] [--once]"""
@@ -40,6 +42,9 @@ def kernels(rows):
     out = {}
     for dtype, shape in rows:
         pick = resolve(problem_for(dtype, *shape), None)[0]
+        if pick.schedule != "cooperative":
+            out[(dtype, shape)] = (pick,)
+            continue
         twin = dataclasses.replace(pick, tile_scheduler="streamk")
         roomy = dataclasses.replace(twin, load_registers=REGISTERS.get(pick.threadblock[:2], 72))
         out[(dtype, shape)] = (pick, twin, roomy)
@@ -70,7 +75,7 @@ def main():
     from sweep_void_c import KINDS, operands
 
     rng = cupy.random.default_rng(0)
-    for (dtype, (m, n, k)), (pick, twin, roomy) in table.items():
+    for (dtype, (m, n, k)), (pick, *twins) in table.items():
         sw, x, ref, alpha, peers = operands(dtype, m, n, k, rng)
         flops = 2.0 * m * n * k
         print(f"{dtype} {m}x{n}x{k}", flush=True)
@@ -79,7 +84,7 @@ def main():
                 print(f"  {name:34} {flops / reference.kernel_median_ms(run) / 1e9:7.1f}", flush=True)
         problem = problem_for(dtype, m, n, k, alpha)
         d = cupy.empty((m, n), dtype=dtypes.numpy_dtype(KINDS[dtype][0]))
-        runs = [(pick, None)] + [(c, s) for c in (twin, roomy) for s in args.decompositions.split(",")]
+        runs = [(pick, None)] + [(c, s) for c in twins for s in args.decompositions.split(",")]
         for config, decomposition in runs:
             label = (f"{'x'.join(map(str, config.threadblock))} c{config.cluster[0]}x{config.cluster[1]} "
                      f"{decomposition or 'persistent'}{' ld' + str(config.load_registers) if config.load_registers else ''}")
