@@ -89,3 +89,18 @@ def test_the_catalogs_stream_k_tiles_split_their_registers(load_edited_catalog):
             assert "LoadRegisterRequirement = !HeavyRegisterPressure ? 72 : 24;" in header
     with pytest.raises(ValueError, match="load_registers = 64: one of"):
         load_edited_catalog('tile_scheduler = "streamk"\nload_registers = 72', 'tile_scheduler = "streamk"\nload_registers = 64')
+
+
+@pytest.mark.parametrize("element, out", [("e4m3", "bf16"), ("s8", "s32")])
+def test_split_k_on_a_catalog_without_stream_k_tiles_says_so(element, out):
+    from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.launch.sm90_choice import resolve
+
+    problem = dataclasses.replace(Problem.contiguous("sm90", 4096, 128, 16384, element=element, element_out=out,
+                                                     layout_b="col"), split_k=2)
+    with pytest.raises(ValueError, match=f"split_k=2: the sm90 {element} kernels have no stream-K tile"):
+        resolve(problem, None)
+    # a catalog with stream-K tiles still names the K rule
+    f16 = dataclasses.replace(Problem.contiguous("sm90", 4096, 128, 256), split_k=4)
+    with pytest.raises(ValueError, match="split_k=4: K = 256 has fewer K tiles than slices"):
+        resolve(f16, None)

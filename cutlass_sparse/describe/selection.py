@@ -109,6 +109,9 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
             choices = () if streamk else (1,)
         options += [(tile, s) for s in choices if s <= cdiv(k, tile[0][2])]
     if not options:
+        if split_k is not None and split_k > 1 and not any(tile[5] == "streamk" for tile in family.tiles):
+            raise ValueError(f"split_k={split_k}: the sm90 {element} kernels have no stream-K tile to split K "
+                             f"with (operations/{catalog.for_element('sm90', element)}.toml); leave split_k unset")
         raise ValueError(f"split_k={split_k}: K = {k} has fewer K tiles than slices")
     return min(options, key=lambda o: sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count))
 
