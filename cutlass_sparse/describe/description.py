@@ -68,10 +68,10 @@ LOAD_REGISTERS = (0, 56, 72)
 # setmaxnreg moves registers among a CTA's warp groups: the pool is what the launch gives
 # the cooperative kernel's 384 threads (168 each, as ptxas allocates them).
 COOPERATIVE_REGISTER_POOL = 384 * 168
-# CUTLASS's split without load_registers (producer 40, consumers 232), and the accumulator
-# registers per consumer thread from which it takes 24/240 instead (HeavyRegisterPressure),
-# a split the patch leaves alone.
-CUTLASS_REGISTERS = (40, 232)
+# CUTLASS's consumer registers without load_registers (its producer keeps 40), and the
+# accumulator registers per consumer thread from which it splits 24/240 instead
+# (HeavyRegisterPressure), a split the patch leaves alone.
+CUTLASS_CONSUMER_REGISTERS = 232
 HEAVY_ACCUMULATORS = 208
 
 
@@ -131,8 +131,8 @@ class SparseGemmConfig:
     # sm90: the tile scheduler's raster order (RASTERS); run-time, shared by one binary.
     raster: int = 0
     # sm90 cooperative: registers the producer (TMA) warp group keeps after setmaxnreg (0:
-    # CUTLASS's 40); the two consumer warp groups get what is left of the 64K. The stream-K
-    # scheduler's bookkeeping spills at 40 (emit.nvrtc_headers).
+    # CUTLASS's 40); the two consumer warp groups get what is left of the CTA's pool
+    # (consumer_registers). The stream-K scheduler's bookkeeping spilled at 40.
     load_registers: int = 0
 
     def __post_init__(self):
@@ -347,7 +347,7 @@ class SparseGemmConfig:
         CUTLASS's 232, or with load_registers what the producer leaves of the CTA's pool,
         in steps of 8."""
         if not self.load_registers:
-            return CUTLASS_REGISTERS[1]
+            return CUTLASS_CONSUMER_REGISTERS
         return (COOPERATIVE_REGISTER_POOL - 128 * self.load_registers) // 256 // 8 * 8
 
     @property

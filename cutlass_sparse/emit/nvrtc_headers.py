@@ -258,10 +258,11 @@ def patched_headers(mma_in_flight: bool = False, registers: tuple[int, int] | No
     sparse mainloop's (SparseGemmConfig.mma_in_flight), registers (producer, consumer) the
     cooperative kernel's register split (SparseGemmConfig.load_registers), stream_k the
     stream-K scheduler's Params by pointer."""
+    wanted = [_IN_FLIGHT_PATCHES if mma_in_flight else {}, _register_split(*registers) if registers else {},
+              _STREAM_K_PATCHES if stream_k else {}]
     extra: dict = {}
-    for wanted, patch_set in ((mma_in_flight, _IN_FLIGHT_PATCHES), (registers, _register_split(*(registers or (0, 0)))),
-                              (stream_k, _STREAM_K_PATCHES)):
-        for include, patches in (patch_set.items() if wanted else ()):
+    for patch_set in wanted:
+        for include, patches in patch_set.items():
             extra[include] = extra.get(include, []) + patches
     patch_sets = {include: _PATCHES.get(include, []) + extra.get(include, []) for include in {**_PATCHES, **extra}}
     return tuple((include, _patched(include, patches)) for include, patches in patch_sets.items())
