@@ -26,14 +26,6 @@ DECOMPOSITIONS = ("data_parallel", "heuristic")
 REGISTERS = {(128, 128): 72, (128, 256): 56}   # producer registers for each tile's twin
 
 
-def parse_rows(text):
-    rows = []
-    for item in text.split(","):
-        dtype, shape = item.split(":")
-        rows.append((dtype, tuple(int(v) for v in shape.split("x"))))
-    return rows
-
-
 def kernels(rows):
     """{row: (pick, twin, twin with more producer registers)}."""
     from cutlass_sparse.launch.sm90_choice import resolve
@@ -60,6 +52,7 @@ def main():
     parser.add_argument("--decompositions", default=",".join(DECOMPOSITIONS),
                         help="of data_parallel, heuristic, stream_k (CUTLASS's DecompositionMode)")
     args = parser.parse_args()
+    from sustained import parse_rows
     rows = parse_rows(args.rows)
     table = kernels(rows)
     from sweep_void_c import compile_candidates
