@@ -4,6 +4,7 @@ of time on a machine without a GPU and carried to the GPU machine:
     CUTLASS_SPARSE_CACHE=... python -m tests.gpu_cases --arch sm_90 [--jobs N]
 """
 import argparse
+import dataclasses
 import importlib
 import sys
 from pathlib import Path
@@ -252,7 +253,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
                             + vector_bias_problems(sm_count)
                             + quantized_problems(sm_count, bench=True)
                             + quantized_problems(sm_count, bench=True, element="s8")
-                            + pdl_problems(sm_count) + graph_problems(sm_count))
+                            + pdl_problems(sm_count) + graph_problems(sm_count) + tail_twin_problems(sm_count))
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
     return unique
 
@@ -347,6 +348,26 @@ def selection_layout(tokens: int, element: str = "f16") -> str:
     from cutlass_sparse.describe import dtypes, selection
 
     return selection.linear_out_layout(tokens, dtypes.numpy_dtype(element).itemsize)
+
+
+# tests/test_gpu_tail_twin.py: 36 x 8 tiles of 128x256 (2.18 waves) run the stream-K twin;
+# N 1792 (7 N tiles, 1.91 waves) in the same range of N runs the persistent kernel
+TAIL_TWIN_M, TAIL_TWIN_N, TAIL_TWIN_K, TAIL_PERSISTENT_N = 4608, 2048, 4096, 1792
+
+
+def tail_twin_problems(sm_count: int = 132):
+    """tests/test_gpu_tail_twin.py's calls: x row- and column-major (cs.linear's), a bias
+    with relu, C, and the persistent kernel of the same range."""
+    from cutlass_sparse.describe.problem import Problem
+
+    def problem(n=TAIL_TWIN_N, element="f16", layout="row", activation="identity"):
+        return Problem.contiguous("sm90", TAIL_TWIN_M, n, TAIL_TWIN_K, element=element, layout_b=layout,
+                                  activation=activation, sm_count=sm_count)
+
+    plain = [problem(element=e, layout=layout) for e in DTYPES for layout in LAYOUTS]
+    plain += [problem(n, "bf16") for n in (TAIL_PERSISTENT_N, TAIL_TWIN_N - 8)]
+    with_c = problem().with_(c=problem().x, epilogue=dataclasses.replace(problem().epilogue, beta=-1.5))
+    return plain + [problem(activation="relu").with_bias(), with_c]
 
 
 def graph_problems(sm_count: int = 132):

@@ -217,7 +217,7 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     n = problem.n
     others = [v for v in range(selection.n_range_start(n), selection.n_range(n) + 1)
               if v != n and (v % 8 == 0) == (n % 8 == 0) and (v == 1) == (n == 1)]
-    problems = [_with_n(problem, v) for v in others[:AHEAD]]
+    problems = [q for q in (_with_n(problem, v) for v in others[:AHEAD]) if plans.shares_kernel(plan, q)]
     built = plan.build_ahead(problems)
     for p in problems:
         if p.n in built:

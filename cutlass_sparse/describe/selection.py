@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 from . import catalog, dtypes
 from .arith import cdiv, round_up
@@ -114,6 +115,29 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
                              f"with (operations/{catalog.for_element('sm90', element)}.toml); leave split_k unset")
         raise ValueError(f"split_k={split_k}: K = {k} has fewer K tiles than slices")
     return min(options, key=lambda o: sm90_tile_cost(o[0][0], o[0][3], o[1], m, n, k, sm_count))
+
+
+# Where CUTLASS's stream-K scheduler splits a part-empty last wave (under half full: launch.grid.
+# stream_k_tiles), the stream-K twin of a persistent tile can beat it: the persistent kernel
+# runs ceil(W) waves of tiles, the twin W plus its overhead (the fixups through the workspace,
+# and its scheduler's cost even on whole tiles). Twins, each with the producer registers its
+# kernel needs not to spill (load_registers), by (tile, cluster):
+TAIL_TWINS = {((128, 256, 64), (2, 1, 1)): 56}
+# The overhead in waves, fitted to 24 H100 runs of the 128x256x64 2x1 twin against its
+# persistent kernel, f16 and bf16, 2.18 to 6.3 waves, K 3584 to 28672 (docs/NOTES.md, session
+# 32): measured/predicted within 3% but for one shape (5120x2048x28672: 0.99-1.00x measured,
+# 1.07x predicted). The twin runs where the prediction is at least TAIL_GAIN: measured +4% to
+# +20% there (4608x2048x4096 to x28672 +8 to +20%, 3584x4096x14336 and x18944 +4 to +8%,
+# 5120x2048x13824 +4%), and -1% at that one shape.
+TAIL_OVERHEAD = (0.213, 0.047, 0.384)   # constant, per wave, per 4096 / K
+TAIL_GAIN = 1.03
+
+
+def tail_split_gain(waves: float, k: int) -> float:
+    """The stream-K twin's predicted speed over its persistent tile's, for a problem of
+    `waves` waves of tiles (CUTLASS splits the last one) and K."""
+    constant, per_wave, per_k = TAIL_OVERHEAD
+    return math.ceil(waves) / (waves + constant + per_wave * waves + per_k * 4096 / k)
 
 
 def linear_out_layout(tokens: int, item: int) -> str:

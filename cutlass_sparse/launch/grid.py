@@ -44,8 +44,30 @@ def max_cta_occupancy(cluster_size: int, sm_count: int) -> int:
 
 
 def persistent_grid(m: int, n: int, tile: tuple[int, int], cluster: tuple[int, int], sm_count: int,
-                    max_swizzle: int, raster_option: int = 0) -> tuple[int, int, int]:
-    """(x, y, z) CUTLASS launches a persistent-scheduler kernel with, for an M x N problem."""
+                    max_swizzle: int, raster_option: int = 0, truncate: bool = True) -> tuple[int, int, int]:
+    """(x, y, z) CUTLASS launches a persistent-scheduler kernel with, for an M x N problem
+    (truncate=False: not cut down to the problem's tiles, as the stream-K scheduler asks)."""
+    padded_m, padded_n, order = _tiles(m, n, tile, cluster, max_swizzle, raster_option)
+    total = padded_m * padded_n if truncate else 1 << 62
+    cm, cn = cluster
+    x, y = (cm, 1) if order == ALONG_N else (1, cn)
+    if cm * cn == 1:
+        if order == ALONG_N:
+            y = min(sm_count, total)
+        else:
+            x = min(sm_count, total)
+    else:
+        ctas = max_cta_occupancy(cm * cn, sm_count)
+        if order == ALONG_N:
+            y = min(ctas // cm, total // cm)
+        else:
+            x = min(ctas // cn, total // cn)
+    return x, y, 1
+
+
+def _tiles(m: int, n: int, tile: tuple[int, int], cluster: tuple[int, int], max_swizzle: int, raster_option: int):
+    """The scheduler's tile counts along M and N (whole clusters, padded to whole swizzle
+    groups) and its raster order."""
     cm, cn = cluster
     # get_tiled_cta_shape_mnl: CTA tiles, rounded up to whole clusters
     blocks_m = round_up(cdiv(m, tile[0]), cm)
@@ -60,17 +82,25 @@ def persistent_grid(m: int, n: int, tile: tuple[int, int], cluster: tuple[int, i
     log = log_swizzle(min(blocks_m, blocks_n), 1 << log)
     padded_m = round_up(blocks_m, (1 << log) * cm)
     padded_n = round_up(blocks_n, (1 << log) * cn)
-    total = padded_m * padded_n
-    x, y = (cm, 1) if order == ALONG_N else (1, cn)
-    if cm * cn == 1:
-        if order == ALONG_N:
-            y = min(sm_count, total)
-        else:
-            x = min(sm_count, total)
-    else:
-        ctas = max_cta_occupancy(cm * cn, sm_count)
-        if order == ALONG_N:
-            y = min(ctas // cm, total // cm)
-        else:
-            x = min(ctas // cn, total // cn)
-    return x, y, 1
+    return padded_m, padded_n, order
+
+
+# PersistentTileSchedulerSm90StreamKParams::min_iters_per_sk_unit_: no stream-K work for a
+# tile of this many K tiles or fewer
+MIN_ITERS_PER_SK_UNIT = 8
+
+
+def stream_k_tiles(m: int, n: int, k: int, tile: tuple[int, int, int], cluster: tuple[int, int], sm_count: int,
+                   max_swizzle: int, raster_option: int = 0) -> tuple[int, int, int]:
+    """(output tiles, CTAs per wave, stream-K tiles) of CUTLASS's stream-K scheduler in its
+    heuristic decomposition (select_decomposition_mode and get_num_sk_tiles, CUTLASS 4.2):
+    where the last wave is part-empty and under half full, the last full wave's tiles and
+    the tail are split over one wave of CTAs; else none (data-parallel)."""
+    padded_m, padded_n, _ = _tiles(m, n, tile[:2], cluster, max_swizzle, raster_option)
+    x, y, _ = persistent_grid(m, n, tile[:2], cluster, sm_count, max_swizzle, raster_option, truncate=False)
+    tiles, per_wave, size = padded_m * padded_n, x * y, cluster[0] * cluster[1]
+    full, tail = divmod(tiles, per_wave)
+    if not tail or cdiv(k, tile[2]) <= MIN_ITERS_PER_SK_UNIT or 2 * tail >= per_wave:
+        return tiles, per_wave, 0
+    split = tiles - max(full - 1, 0) * per_wave
+    return tiles, per_wave, split // size * size

@@ -11,6 +11,7 @@ from ..describe import catalog, dtypes, selection
 from ..describe.arith import cdiv, round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
+from . import grid
 from .sm80 import check_config_fits
 
 FAMILY = "sm90"
@@ -32,12 +33,12 @@ class Scheduling:
 @functools.lru_cache(maxsize=4096)
 def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> tuple[SparseGemmConfig, Scheduling]:
     """The sm90 kernel and K decomposition for a problem (the caller's config, the
-    profiler's choice, or the catalog's)."""
+    profiler's choice, or the catalog's: its persistent tile, or that tile's stream-K twin
+    where CUTLASS's scheduler would split a part-empty last wave to gain (tail_twin))."""
     p = problem
     given = config is not None
     alignment_b = TMA_ALIGN // dtypes.numpy_dtype(p.element).itemsize     # whole 16-byte vectors
     alignment_c = TMA_ALIGN // dtypes.numpy_dtype(p.element_out).itemsize
-    layout_c = p.layout_d
     entries = catalog.load(catalog.for_element(FAMILY, p.element))
     if config is None and choice is not None:
         splits = p.split_k or 1
@@ -48,22 +49,47 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
         config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
         config = run_order(p, config)
+        twin = tail_twin(p, config) if p.split_k is None else None
+        if twin is not None:
+            return _fitted(p, twin, given), Scheduling("heuristic")
     else:
         check_config_fits(config, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         if config.b_element != p.x_element:
             raise ValueError(f"config {config.name} reads x as {config.b_element}; x is {p.x_element}")
         splits = p.split_k or 1
-    # D's layout is the problem's (a caller's column-major out is written in place). A
-    # problem without C runs a kernel without C (more stages fit); a caller's config may
-    # still name one with C.
-    config = dataclasses.replace(config, activation=p.activation, layout_c=layout_c, scales=p.epilogue.scales,
-                                 reads_c=p.epilogue.reads_c or (given and config.reads_c))
+    config = _fitted(p, config, given)
     if splits > 1 and config.tile_scheduler != "streamk":
         raise ValueError(f"split_k={splits} needs an sm90 stream-K kernel; {config.name} is not one")
     if splits > cdiv(p.k, config.threadblock[2]):
         raise ValueError(f"split_k={splits} exceeds the {cdiv(p.k, config.threadblock[2])} K tiles of "
                          f"K = {p.k} with {config.name}")
     return config, Scheduling.split_k(splits)
+
+
+def _fitted(problem: Problem, config: SparseGemmConfig, given: bool) -> SparseGemmConfig:
+    """The kernel with the problem's epilogue. D's layout is the problem's (a caller's
+    column-major out is written in place). A problem without C runs a kernel without C
+    (more stages fit); a caller's config may still name one with C."""
+    p = problem
+    return dataclasses.replace(config, activation=p.activation, layout_c=p.layout_d, scales=p.epilogue.scales,
+                               reads_c=p.epilogue.reads_c or (given and config.reads_c))
+
+
+def tail_twin(problem: Problem, config: SparseGemmConfig) -> SparseGemmConfig | None:
+    """The stream-K twin of the catalog's persistent kernel (selection.TAIL_TWINS), where
+    CUTLASS's stream-K scheduler splits this problem's part-empty last wave (two full waves
+    or more before it: fewer were not measured) and selection.tail_split_gain predicts the
+    twin at least TAIL_GAIN faster; else None. 16-bit inputs only (measured)."""
+    p = problem
+    registers = selection.TAIL_TWINS.get((config.threadblock, config.cluster))
+    if (registers is None or config.element not in ("f16", "bf16") or config.schedule != "cooperative"
+            or config.tile_scheduler != "persistent"):
+        return None
+    tiles, per_wave, split = grid.stream_k_tiles(p.m, p.n, p.k, config.threadblock, config.cluster[:2], p.sm_count,
+                                                 config.swizzle, config.raster)
+    if not split or tiles < 2 * per_wave or selection.tail_split_gain(tiles / per_wave, p.k) < selection.TAIL_GAIN:
+        return None
+    return dataclasses.replace(config, tile_scheduler="streamk", load_registers=registers)
 
 
 def run_swizzle(problem: Problem, kernel: SparseGemmConfig, choice=None) -> int:

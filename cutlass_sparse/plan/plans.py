@@ -9,7 +9,8 @@ forbidden, a kernel missing from the cache is stood in for by the best one prese
 
 An sm90 problem whose N is new to its range (selection.n_range) reuses the kernel of
 the range's plan instead of choosing again: a serving loop's new token count costs a
-plan made around a known kernel, not a selection.
+plan made around a known kernel, not a selection. (A range's N whose last wave the
+stream-K twin splits share that kernel instead: range_key.)
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ..build.compiler import CompileError
 from ..describe import selection
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Problem
-from ..launch import sm80
+from ..launch import sm80, sm90_choice
 from ..launch.sm80 import Sm80Plan
 from ..launch.sm90 import Sm90Plan
 from . import present, records
@@ -54,11 +55,30 @@ def recorded_choice(problem: Problem, config: SparseGemmConfig | None):
 
 
 def range_key(problem: Problem, config: SparseGemmConfig | None, choice) -> tuple:
-    """Everything an sm90 kernel choice depends on, with N as its range."""
+    """Everything an sm90 kernel choice depends on, with N as its range; and for the
+    catalog's choice, whether this N runs the tile's stream-K twin (where the last wave
+    splits: sm90_choice.tail_twin), so a range holds up to two kernels."""
     p = problem
     return (p.m, selection.n_range(p.n), p.k, p.element, p.element_x, p.element_out, p.layout_b, p.layout_d,
             p.epilogue.activation, p.epilogue.scales, p.epilogue.reads_c, p.split_k, p.split_k_mode, p.device_id,
-            p.arch, p.sm_count, config, choice)
+            p.arch, p.sm_count, config, choice, config is None and choice is None and _runs_twin(p))
+
+
+def _runs_twin(problem: Problem) -> bool:
+    if problem.split_k is not None:
+        return False
+    try:
+        return sm90_choice.resolve(problem, None)[1].decomposition == "heuristic"
+    except ValueError:   # refused: the plan says why
+        return False
+
+
+def shares_kernel(plan: Sm90Plan, problem: Problem) -> bool:
+    """Whether `problem`, another N of an sm90 plan's range, runs the plan's kernel (not
+    where one of them runs the tile's stream-K twin and the other does not)."""
+    if (plan.config.threadblock, plan.config.cluster) not in selection.TAIL_TWINS:
+        return True
+    return range_key(problem, *plan.asked) == range_key(plan.problem, *plan.asked)
 
 
 def make(problem: Problem, config: SparseGemmConfig | None = None, choice=None) -> Sm80Plan | Sm90Plan:

@@ -45,7 +45,8 @@ def token_counts(n_max: int = N_MAX, family: str = "sm80") -> list[int]:
     """N values standing for every N in 1..n_max for a family's default selection: one N of
     each alignment (1, 2, 4 or 8 elements) in each interval of N that selection tells apart.
     The sm90 family's are N's selection ranges (selection.n_range: it chooses a kernel for
-    a range's end, and the rest follows from alignment and N = 1); the sm80 family sees N
+    a range's end, and the rest follows from alignment and N = 1), and the last N of each
+    tile count of the tiles whose stream-K twin may run instead; the sm80 family sees N
     through the tiles along N (ceil(N / tile N)), so its intervals are `step` wide, every
     catalog tile's N a multiple of it. Tests check both against every N on a smaller range."""
     if family == "sm90":
@@ -53,6 +54,10 @@ def token_counts(n_max: int = N_MAX, family: str = "sm80") -> list[int]:
         while low < n_max:
             starts.append(low)
             low = selection.n_range(low + 1)
+        # where a tile's stream-K twin may run (selection.TAIL_TWINS), the choice follows the
+        # tiles along N too: the last N of each tile count
+        step = math.gcd(*(tile[1] for tile, _ in selection.TAIL_TWINS))
+        starts += range(step - 8, n_max, step)
     else:
         step = math.gcd(*(tile[0][1] for tile in catalog.load(family).tiles))
         assert step % 8 == 0, step      # else low + 8 would not stand for 8-aligned N

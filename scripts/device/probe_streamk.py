@@ -26,20 +26,23 @@ DECOMPOSITIONS = ("data_parallel", "heuristic")
 REGISTERS = {(128, 128): 72, (128, 256): 56}   # producer registers for each tile's twin
 
 
-def kernels(rows):
-    """{row: (pick, twin, twin with more producer registers)}."""
+def kernels(rows, roomy_only=False):
+    """{row: (pick, twin, twin with more producer registers)}; roomy_only: without the
+    plain twin (CUTLASS's 40 producer registers, which spill)."""
     from cutlass_sparse.launch.sm90_choice import resolve
     from sweep_streamk import problem_for
 
     out = {}
     for dtype, shape in rows:
         pick = resolve(problem_for(dtype, *shape), None)[0]
+        # where selection runs the twin (sm90_choice.tail_twin), the persistent kernel it replaced
+        pick = dataclasses.replace(pick, tile_scheduler="persistent", load_registers=0)
         if pick.schedule != "cooperative":
             out[(dtype, shape)] = (pick,)
             continue
         twin = dataclasses.replace(pick, tile_scheduler="streamk")
         roomy = dataclasses.replace(twin, load_registers=REGISTERS.get(pick.threadblock[:2], 72))
-        out[(dtype, shape)] = (pick, twin, roomy)
+        out[(dtype, shape)] = (pick, roomy) if roomy_only else (pick, twin, roomy)
     return out
 
 
@@ -49,12 +52,13 @@ def main():
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--once", action="store_true", help="each plan once, untimed (for ncu)")
     parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--roomy-only", action="store_true", help="only the twin with more producer registers")
     parser.add_argument("--decompositions", default=",".join(DECOMPOSITIONS),
                         help="of data_parallel, heuristic, stream_k (CUTLASS's DecompositionMode)")
     args = parser.parse_args()
     from sustained import parse_rows
     rows = parse_rows(args.rows)
-    table = kernels(rows)
+    table = kernels(rows, args.roomy_only)
     from sweep_void_c import compile_candidates
     compile_candidates([(c, "sm_90a") for trio in table.values() for c in trio], args.jobs)
     if args.compile_only:

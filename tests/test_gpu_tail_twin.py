@@ -1,0 +1,126 @@
+"""The stream-K twin that default selection runs where a part-empty last wave splits
+(sm90_choice.tail_twin), on the GPU: results against dense, with the epilogues a call can
+ask for, a range of N that holds it and the persistent kernel, a plan captured in a CUDA
+graph, and the workspace a caller passes. Marked gpu."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cutlass_sparse as cs
+from cutlass_sparse import reference
+from cutlass_sparse.describe import dtypes
+from cutlass_sparse.launch import grid
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_cases  # noqa: E402
+from test_gpu_epilogue_split_k import assert_close, expect  # noqa: E402
+from test_gpu_matmul import poisoned, random_operands  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+M, K = gpu_cases.TAIL_TWIN_M, gpu_cases.TAIL_TWIN_K
+N_TWIN, N_PERSISTENT = gpu_cases.TAIL_TWIN_N, gpu_cases.TAIL_PERSISTENT_N   # one range of N
+
+
+def _sm90_or_skip():
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+
+
+def _twin(info):
+    return info["decomposition"] == "heuristic" and "_streamk_" in info["config"] and info["workspace_bytes"] > 0
+
+
+@pytest.mark.parametrize("layout", gpu_cases.LAYOUTS)
+@pytest.mark.parametrize("dtype", gpu_cases.DTYPES)
+def test_the_default_call_runs_the_twin_and_matches_dense(dtype, layout):
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, dtype, layout, seed=81, family="sm90")
+    info = {}
+    y = cs.matmul(sw, x, out=poisoned((M, N_TWIN), dtypes.numpy_dtype(dtype)), info=info)
+    assert _twin(info), info
+    assert_close(y, expect(w, x), dtype)
+    y2 = cs.matmul(sw, x)   # the library's D, then again: the barriers start from zero each launch
+    y3 = cs.matmul(sw, x)
+    assert_close(y2, expect(w, x), dtype)
+    assert_close(y3, expect(w, x), dtype)
+
+
+def test_the_twin_takes_a_bias_an_activation_and_c():
+    import cupy
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=82, family="sm90")
+    rng = cupy.random.default_rng(83)
+    bias = rng.standard_normal(M, dtype=cupy.float32).astype(cupy.float16)
+    c = rng.standard_normal((M, N_TWIN), dtype=cupy.float32).astype(cupy.float16)
+    info = {}
+    y = cs.matmul(sw, x, bias=bias, activation="relu", info=info)   # the bias rides the scaled epilogue
+    assert _twin(info), info
+    assert_close(y, expect(w, x, bias_full=bias.astype(cupy.float32)[:, None], activation="relu"), "f16")
+    info = {}
+    y = cs.matmul(sw, x, alpha=0.5, beta=-1.5, c=c, info=info)      # a kernel reading C
+    assert _twin(info), info
+    assert_close(y, expect(w, x, alpha=0.5, beta=-1.5, c=c), "f16")
+
+
+def test_one_range_of_n_runs_both_kernels_in_an_eager_loop():
+    import cupy
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, "bf16", "row", seed=84, family="sm90")
+    seen = {}
+    for n in (N_PERSISTENT, N_TWIN, N_PERSISTENT, N_TWIN - 8, N_TWIN):
+        xn = cupy.ascontiguousarray(x[:, :n])
+        info = {}
+        y = cs.matmul(sw, xn, info=info)
+        seen[n] = _twin(info)
+        assert_close(y, expect(w, xn), "bf16")
+        assert_close(cs.matmul(sw, xn), expect(w, xn), "bf16")   # the eager path's remembered plan
+    assert seen == {N_PERSISTENT: False, N_TWIN: True, N_TWIN - 8: True}
+
+
+def test_linear_and_a_plan_replayed_in_a_cuda_graph():
+    import cupy
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=85, family="sm90")
+    tokens = cupy.ascontiguousarray(x.T)   # cs.linear: x [tokens, K]
+    info = {}
+    y = cs.linear(tokens, sw, info=info)
+    assert _twin(info), info
+    assert_close(y.T, expect(w, x), "f16")
+    out = poisoned((M, N_TWIN), np.float16)
+    plan = cs.plan(sw, x, out=out)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        plan(sw, x, out=out)
+        stream.synchronize()
+        out[...] = 0
+        stream.begin_capture()
+        plan(sw, x, out=out)
+        graph = stream.end_capture()
+        for _ in range(3):   # each replay zeroes its barriers before the GEMM
+            graph.launch(stream)
+        stream.synchronize()
+    assert_close(out, expect(w, x), "f16")
+
+
+def test_a_caller_workspace_of_workspace_size_bytes():
+    import cupy
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=86, family="sm90")
+    need = cs.workspace_size(sw, x)
+    _, _, split = grid.stream_k_tiles(M, N_TWIN, K, (128, 256, 64), (2, 1), 132, 1)
+    assert need == split * 128 * 256 * 4 + -(-split * 8 // 128) * 128   # the split tiles' partials and barriers
+    workspace = cupy.empty(need, dtype=cupy.uint8)
+    info = {}
+    y = cs.matmul(sw, x, workspace=workspace, info=info)
+    assert _twin(info) and info["workspace_bytes"] == need, info
+    assert_close(y, expect(w, x), "f16")
+    assert reference.relative_error(cs.matmul(sw, x, workspace=workspace), expect(w, x)) <= 2e-2
