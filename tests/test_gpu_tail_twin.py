@@ -95,7 +95,7 @@ def test_linear_and_a_plan_replayed_in_a_cuda_graph():
     assert _twin(info), info
     assert_close(y.T, expect(w, x), "f16")
     out = poisoned((M, N_TWIN), np.float16)
-    plan = cs.plan(sw, x, out=out)
+    plan = cs.plan(sw, x)
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         plan(sw, x, out=out)
@@ -117,10 +117,58 @@ def test_a_caller_workspace_of_workspace_size_bytes():
     w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=86, family="sm90")
     need = cs.workspace_size(sw, x)
     _, _, split = grid.stream_k_tiles(M, N_TWIN, K, (128, 256, 64), (2, 1), 132, 1)
-    assert need == split * 128 * 256 * 4 + -(-split * 8 // 128) * 128   # the split tiles' partials and barriers
+    assert need == sum(grid.stream_k_workspace(split, (128, 256, 64)))   # the split tiles' partials and barriers
     workspace = cupy.empty(need, dtype=cupy.uint8)
     info = {}
     y = cs.matmul(sw, x, workspace=workspace, info=info)
     assert _twin(info) and info["workspace_bytes"] == need, info
     assert_close(y, expect(w, x), "f16")
     assert reference.relative_error(cs.matmul(sw, x, workspace=workspace), expect(w, x)) <= 2e-2
+
+
+# (M, N, K) where selection runs the twin: 1.21 to 2.42 waves, along N and (3584 x 4096) along M
+HOST_SHAPES = [(4608, 2048, 4096), (4096, 1280, 4096), (6144, 1536, 4096), (4608, 1280, 8192),
+               (3584, 4096, 14336), (5120, 2048, 13824)]
+
+
+@pytest.mark.parametrize("shape", HOST_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_the_hosts_stream_k_grid_and_workspace_are_cutlass_s(shape):
+    """A new shape of a twin kernel whose templates the device has is prepared on the host
+    (no synchronizing setup): the grid and workspace launch.grid computes must be what
+    CUTLASS's setup reports (sm90_prepare.on_device raises otherwise)."""
+    import cupy
+
+    from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.launch import sm90_prepare
+    from cutlass_sparse.plan import plans
+
+    _sm90_or_skip()
+    scratch = cupy.empty(256, dtype=cupy.uint8)
+    m, n, k = shape
+    plan = plans.get(Problem.contiguous("sm90", m, n, k, sm_count=cupy.cuda.Device().attributes["MultiProcessorCount"]))
+    assert sm90_prepare.host_stream_k(plan) is not None and plan.config.tile_scheduler == "streamk"
+    prepared = sm90_prepare.on_device(plan, (scratch.data.ptr,) * 5)   # the setup builds descriptors only
+    assert prepared.workspace_bytes > 0
+
+
+def test_the_profiler_times_the_twin_beside_the_persistent_tile(tmp_path, monkeypatch):
+    """cs.tune at a shape where the twin runs: both it and the persistent tile it replaced run
+    checked and timed in one run, and the winner is the fastest of them."""
+    from cutlass_sparse import env
+    from cutlass_sparse.build import cache
+    from cutlass_sparse.profiler.tune import format_table
+
+    _sm90_or_skip()
+    db = tmp_path / "tuned.db"
+    if env.cache_path().exists():   # the compiled kernels; the record goes to this copy
+        cache.KernelCache(db).merge_from(env.cache_path())
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", str(db))
+    w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=87, family="sm90")
+    winner, rows = cs.tune(sw, x, force=True, jobs=16)
+    print(format_table(rows))
+    ok = {(r.choice.tile[0], r.choice.tile[3], r.choice.twin, r.choice.swizzle): r.ms for r in rows if r.ms is not None}
+    twin, persistent = ok.get(((128, 256, 64), (2, 1, 1), True, None)), ok.get(((128, 256, 64), (2, 1, 1), False, None))
+    assert twin is not None and persistent is not None, sorted(ok)
+    assert rows[0].choice == winner and rows[0].ms <= min(twin, persistent)
+    info = {}
+    assert_close(cs.matmul(sw, x, info=info), expect(w, x), "f16")   # the recorded winner

@@ -3,6 +3,8 @@
 the fitted rule against what the H100 measured, and a range of N holding both kernels.
 The twins' results are checked on the GPU (tests/test_gpu_tail_twin.py) and their speed
 by scripts/device/probe_streamk.py (docs/probe_streamk_h100_session32.log)."""
+import dataclasses
+
 import pytest
 
 from cutlass_sparse.build import kernels
@@ -18,6 +20,7 @@ TILE, CLUSTER = (128, 256, 64), (2, 1)
 MEASURED_WORKSPACE = {
     (3584, 4096, 18944): 24118784, (5120, 2048, 13824): 24643072, (18944, 1024, 3584): 25691776,
     (4608, 2048, 8192): 20448512, (6656, 4096, 4096): 22545792,
+    (4096, 1280, 8192): 20972800, (4096, 1536, 8192): 25167360, (6144, 1536, 4096): 20448512,
     (4096, 2048, 14336): 0, (6144, 2048, 4096): 0, (13824, 2048, 5120): 0, (8448, 8192, 8192): 0,
     (4096, 4096, 4096): 0, (5120, 4096, 27648): 0, (28672, 2048, 8192): 0,
 }
@@ -28,8 +31,8 @@ def test_host_stream_k_tiles_give_the_workspace_cutlass_asked_for(shape):
     m, n, k = shape
     tiles, per_wave, split = grid.stream_k_tiles(m, n, k, TILE, CLUSTER, 132, 1)
     assert per_wave == 132 and tiles == -(-m // 128) * -(-n // 256)
-    barriers = -(-split * 2 * 32 // 8 // 128) * 128
-    assert split * 128 * 256 * 4 + barriers == MEASURED_WORKSPACE[shape]
+    partials, barriers = grid.stream_k_workspace(split, TILE)
+    assert partials == split * 128 * 256 * 4 and partials + barriers == MEASURED_WORKSPACE[shape]
 
 
 # (M, N, K, dtype) -> twin / persistent TFLOP/s as measured (session 31 and 32 probes)
@@ -42,6 +45,10 @@ MEASURED_GAIN = {
     (3584, 4096, 18944, "f16"): 1.066, (3584, 4096, 18944, "bf16"): 1.083,
     (18944, 1024, 3584, "f16"): 0.941, (18944, 1024, 8192, "f16"): 0.989, (18944, 1024, 14336, "f16"): 1.012,
     (6656, 4096, 4096, "f16"): 0.965, (6656, 4096, 8192, "f16"): 0.993, (6656, 4096, 14336, "f16"): 1.006,
+    # under two waves (CUTLASS splits every tile) and more 2.18-wave rows, predicted before they ran
+    (4096, 1280, 4096, "f16"): 1.079, (4096, 1280, 8192, "f16"): 1.231, (4096, 1280, 14336, "f16"): 1.293,
+    (4096, 1536, 8192, "f16"): 1.066, (6144, 1536, 4096, "f16"): 1.062, (6144, 1536, 4096, "bf16"): 1.082,
+    (4608, 2048, 4096, "bf16"): 1.094,
 }
 
 
@@ -61,9 +68,9 @@ def test_the_rule_takes_the_twin_where_it_won_and_never_where_it_lost_more_than_
     assert took or MEASURED_GAIN[row] < 1.05                 # and misses no large gain
 
 
-def test_the_fitted_gain_is_not_taken_below_two_full_waves_or_without_a_split():
-    assert grid.stream_k_tiles(1024, 1024, 8192, TILE, CLUSTER, 132, 1)[2] == 32   # CUTLASS would split ...
-    assert sm90_choice.resolve(_problem(1024, 1024, 8192), None)[1].decomposition == "data_parallel"  # ... untimed
+def test_the_fitted_gain_is_not_taken_below_one_full_wave_or_without_a_split():
+    assert grid.stream_k_tiles(1024, 2048, 8192, TILE, CLUSTER, 132, 1)[2] == 64   # CUTLASS would split ...
+    assert sm90_choice.resolve(_problem(1024, 2048, 8192), None)[1].decomposition == "data_parallel"  # ... untimed
     # 2.91 waves: CUTLASS decomposes data-parallel (the tail is more than half a wave)
     assert sm90_choice.resolve(_problem(6144, 2048, 14336), None)[1].decomposition == "data_parallel"
     assert selection.tail_split_gain(2.18, 28672) > selection.tail_split_gain(2.18, 4096) > 1.0
@@ -90,8 +97,8 @@ def _asked(problem):
 
 
 def test_a_range_of_n_holds_the_persistent_kernel_and_its_twin():
-    # M 4608 (36 tiles), K 8192, N in (1024, 2048]: 5-6 N tiles are under two waves, 7 tiles
-    # (1.91 waves) have no split, 8 (2.18 waves) run the twin
+    # M 4608 (36 tiles), K 8192, N in (1024, 2048]: 5 N tiles (1.36 waves) and 8 (2.18) run
+    # the twin; 6 and 7 (1.64 and 1.91 waves: the tail is over half a wave) do not split
     plans.clear()
     low, high = _problem(4608, 1792, 8192), _problem(4608, 2048, 8192)
     assert selection.n_range(1792) == selection.n_range(2048)
@@ -99,6 +106,8 @@ def test_a_range_of_n_holds_the_persistent_kernel_and_its_twin():
     assert _asked(low).tile_scheduler == "persistent"
     assert _asked(high).tile_scheduler == "streamk"
     assert _asked(_problem(4608, 1800, 8192)).tile_scheduler == "streamk"
+    assert _asked(_problem(4608, 1280, 8192)).tile_scheduler == "streamk"
+    assert _asked(_problem(4608, 1288, 8192)).tile_scheduler == "persistent"
 
 
 def test_warm_up_token_counts_stand_for_every_n_where_a_twin_may_run():
@@ -114,3 +123,24 @@ def test_warm_up_token_counts_stand_for_every_n_where_a_twin_may_run():
     every = found(range(769, 2049))
     assert any("streamk" in name for name in every) and any("streamk" not in name for name in every)
     assert found(n for n in ns if n > 768) == every
+
+
+def test_the_profiler_times_the_twin_where_its_scheduler_splits_and_records_it():
+    from cutlass_sparse.plan.records import Choice, candidates
+    from cutlass_sparse.profiler import tune
+
+    twins = [c for c in candidates("sm90", 8192, "f16") if c.twin]
+    assert twins and {(c.tile[0], c.tile[3]) for c in twins} == set(selection.TAIL_TWINS)
+    assert not any(c.twin for c in candidates("sm90", 8192, "e4m3", "bf16"))
+    splits, whole = _problem(4608, 2048, 8192), _problem(4096, 4096, 4096)
+    assert any(c.twin for c in tune.profiled_choices(splits))
+    assert not any(c.twin for c in tune.profiled_choices(whole))     # it would run data-parallel
+    twin = next(c for c in tune.profiled_choices(splits) if c.twin and not c.swizzle)
+    assert Choice.from_json(twin.to_json()) == twin and "stream-K twin" in twin.label
+    old = {k: v for k, v in twin.to_json().items() if k != "twin"}   # a record from before twins
+    assert Choice.from_json(old) == dataclasses.replace(twin, twin=False)
+    config, scheduling = sm90_choice.resolve(splits, None, twin)
+    assert scheduling.decomposition == "heuristic" and config == sm90_choice.resolve(splits, None)[0]
+    # the profiler compiles the binary selection runs
+    (compiled,) = tune.candidate_configs([twin], splits)
+    assert kernels.key_for(compiled, "sm_90a") == kernels.key_for(_asked(splits), "sm_90a")

@@ -124,13 +124,21 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
 # kernel needs not to spill (load_registers), by (tile, cluster):
 TAIL_TWINS = {((128, 256, 64), (2, 1, 1)): 56}
 # The overhead in waves, fitted to 24 H100 runs of the 128x256x64 2x1 twin against its
-# persistent kernel, f16 and bf16, 2.18 to 6.3 waves, K 3584 to 28672 (docs/NOTES.md, session
-# 32): measured/predicted within 3% but for one shape (5120x2048x28672: 0.99-1.00x measured,
-# 1.07x predicted). The twin runs where the prediction is at least TAIL_GAIN: measured +4% to
-# +20% there (4608x2048x4096 to x28672 +8 to +20%, 3584x4096x14336 and x18944 +4 to +8%,
-# 5120x2048x13824 +4%), and -1% at that one shape.
+# persistent kernel, f16 and bf16, 2.18 to 6.3 waves, K 3584 to 28672, and checked on 9 more
+# (1.21 to 2.18 waves, where CUTLASS splits every tile or the tail) (docs/NOTES.md, session 32):
+# measured/predicted within 4% but for one shape (5120x2048x28672: 0.99-1.00x measured, 1.07x
+# predicted). The twin runs where the prediction is at least TAIL_GAIN: 22 of the 33 runs,
+# measured +4% to +29% there (geomean +8.5%; 4096x1280x14336 +29%, 4608x2048x28672 +20%,
+# 3584x4096x18944 +7-8%), and -1% at that one shape; of the 11 others none gained over 5%.
 TAIL_OVERHEAD = (0.213, 0.047, 0.384)   # constant, per wave, per 4096 / K
 TAIL_GAIN = 1.03
+
+
+def has_tail_twin(threadblock, cluster, schedule: str, scheduler: str, element: str) -> bool:
+    """Whether a tile has a stream-K twin for these inputs: a persistent cooperative tile of
+    TAIL_TWINS, 16-bit inputs (measured)."""
+    return ((threadblock, cluster) in TAIL_TWINS and schedule == "cooperative" and scheduler == "persistent"
+            and element in ("f16", "bf16"))
 
 
 def tail_split_gain(waves: float, k: int) -> float:

@@ -104,3 +104,17 @@ def stream_k_tiles(m: int, n: int, k: int, tile: tuple[int, int, int], cluster: 
         return tiles, per_wave, 0
     split = tiles - max(full - 1, 0) * per_wave
     return tiles, per_wave, split // size * size
+
+
+L2_ALIGNMENT = 128   # bytes: CUTLASS's round_up_to_l2_alignment
+BARRIER_BITS = 32    # a stream-K tile's turnstile per MMA warp group
+
+
+def stream_k_workspace(split_tiles: int, tile: tuple[int, int, int], mma_warp_groups: int = 2) -> tuple[int, int]:
+    """(partials, barriers) bytes of the workspace CUTLASS's stream-K scheduler asks for
+    with `split_tiles` stream-K tiles in its stream-K (not split-K) variant: one fp32
+    accumulator tile per split tile, then one turnstile per MMA warp group of each, each
+    part rounded to L2_ALIGNMENT (get_workspace_component_sizes, CUTLASS 4.2)."""
+    partials = round_up(split_tiles * tile[0] * tile[1] * 4, L2_ALIGNMENT)
+    barriers = round_up(cdiv(split_tiles * mma_warp_groups * BARRIER_BITS, 8), L2_ALIGNMENT)
+    return partials, barriers

@@ -45,6 +45,8 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         config = entries.config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c,
                                 p.element_x)
         config = run_order(p, config, choice)
+        if choice.twin:   # the profiler's choice of the stream-K twin
+            return _fitted(p, twin_of(config), given), Scheduling("heuristic")
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
         config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
@@ -77,18 +79,24 @@ def _fitted(problem: Problem, config: SparseGemmConfig, given: bool) -> SparseGe
 
 def tail_twin(problem: Problem, config: SparseGemmConfig) -> SparseGemmConfig | None:
     """The stream-K twin of the catalog's persistent kernel (selection.TAIL_TWINS), where
-    CUTLASS's stream-K scheduler splits this problem's part-empty last wave (two full waves
-    or more before it: fewer were not measured) and selection.tail_split_gain predicts the
-    twin at least TAIL_GAIN faster; else None. 16-bit inputs only (measured)."""
+    CUTLASS's stream-K scheduler splits this problem's part-empty last wave (a full wave or
+    more before it: fewer tiles than SMs were not measured) and selection.tail_split_gain
+    predicts the twin at least TAIL_GAIN faster; else None. 16-bit inputs only (measured)."""
     p = problem
-    registers = selection.TAIL_TWINS.get((config.threadblock, config.cluster))
-    if (registers is None or config.element not in ("f16", "bf16") or config.schedule != "cooperative"
-            or config.tile_scheduler != "persistent"):
+    if not selection.has_tail_twin(config.threadblock, config.cluster, config.schedule, config.tile_scheduler,
+                                   config.element):
         return None
     tiles, per_wave, split = grid.stream_k_tiles(p.m, p.n, p.k, config.threadblock, config.cluster[:2], p.sm_count,
                                                  config.swizzle, config.raster)
-    if not split or tiles < 2 * per_wave or selection.tail_split_gain(tiles / per_wave, p.k) < selection.TAIL_GAIN:
+    if not split or tiles < per_wave or selection.tail_split_gain(tiles / per_wave, p.k) < selection.TAIL_GAIN:
         return None
+    return twin_of(config)
+
+
+def twin_of(config: SparseGemmConfig) -> SparseGemmConfig:
+    """A persistent tile's stream-K twin: the same kernel under CUTLASS's stream-K scheduler,
+    its producer given the registers selection.TAIL_TWINS names (it spills at CUTLASS's 40)."""
+    registers = selection.TAIL_TWINS[(config.threadblock, config.cluster)]
     return dataclasses.replace(config, tile_scheduler="streamk", load_registers=registers)
 
 

@@ -1,8 +1,9 @@
 """What an sm90 problem shape needs besides pointers: TMA descriptor templates, the launch
-grid and the workspace. On the host for a persistent-scheduler kernel whose templates
-this device has (launch.grid computes CUTLASS's grid); else from one setup launch, which
-synchronizes, reads what CUTLASS reports, and maps the kernel's pointers in Params
-(sm90_params) on the way."""
+grid and the workspace. On the host for a persistent-scheduler kernel, or a stream-K one
+in the heuristic decomposition (the tail twin, sm90_choice), whose templates this device
+has (launch.grid computes CUTLASS's grid and stream-K workspace); else from one setup
+launch, which synchronizes, reads what CUTLASS reports, and maps the kernel's pointers in
+Params (sm90_params) on the way."""
 from __future__ import annotations
 
 import threading
@@ -57,13 +58,33 @@ def host_grid(plan) -> tuple[int, int, int]:
                                 k.sm_count, plan.swizzle, plan.raster)
 
 
+def host_stream_k(plan) -> tuple | None:
+    """(grid, workspace bytes, barrier offset, barrier bytes) of a stream-K kernel in the
+    heuristic decomposition without a K split (the tail twin), computed here; None for any
+    other scheduling (read back from the setup). The workspace holds the epilogue's (none:
+    no fusion of ours asks for one), the partials, then the barriers."""
+    if plan.config.tile_scheduler != "streamk" or (plan.scheduling.decomposition, plan.scheduling.splits) != (
+            "heuristic", 1):
+        return None
+    k, config = plan.kernel_problem, plan.config
+    *_, split = grid.stream_k_tiles(k.m, k.n, k.k, config.threadblock, config.cluster[:2], k.sm_count,
+                                    plan.swizzle, plan.raster)
+    partials, barriers = grid.stream_k_workspace(split, config.threadblock)
+    launch = grid.persistent_grid(k.m, k.n, config.threadblock[:2], config.cluster[:2], k.sm_count, plan.swizzle,
+                                  plan.raster, truncate=False)
+    return (launch, partials + barriers, partials, barriers) if split else (launch, 0, 0, 0)
+
+
 def _prepare(plan, pointers) -> Prepared:
-    """What a new problem shape needs: on the host for a persistent-scheduler kernel
-    whose templates this device has; else from one synchronizing setup."""
+    """What a new problem shape needs: on the host for a persistent-scheduler kernel or
+    the tail twin whose templates this device has; else from one synchronizing setup."""
     key = (plan.compiled.key, plan.problem.device_id)
     templates = _templates.get(key)
     if templates is not None and plan.config.tile_scheduler != "streamk":
         return Prepared(templates, host_grid(plan), 0, 0, 0)
+    computed = host_stream_k(plan)
+    if templates is not None and computed is not None:
+        return Prepared(templates, *computed)
     prepared = on_device(plan, pointers)
     _templates.setdefault(key, prepared.templates)
     return prepared
@@ -92,6 +113,12 @@ def on_device(plan, pointers) -> Prepared:
     if plan.config.tile_scheduler != "streamk" and host_grid(plan) != reported:
         raise RuntimeError(f"{symbol} {problem}: CUTLASS launches grid {reported}, launch.grid computed "
                            f"{host_grid(plan)}: the host's copy of the scheduler is out of date")
+    computed = host_stream_k(plan)
+    given = (reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])
+    if computed is not None and computed != given:
+        raise RuntimeError(f"{symbol} {problem}: CUTLASS's stream-K scheduler asks for (grid, workspace, barrier "
+                           f"offset, barrier bytes) {given}, launch.grid computed {computed}: the host's copy of "
+                           f"the scheduler is out of date")
     templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
     # landed before any stream's setup reads them (the copy is asynchronous on this stream)
     cupy.cuda.get_current_stream().synchronize()

@@ -66,31 +66,35 @@ class Signature:
 
 @dataclass(frozen=True)
 class Choice:
-    """A catalog tile (catalog.Family.tiles entry) and how K is split."""
+    """A catalog tile (catalog.Family.tiles entry) and how K is split; twin: the sm90
+    persistent tile's stream-K twin in the heuristic decomposition (sm90_choice.twin_of)."""
 
     family: str
     tile: tuple
     split_k: int = 1
     split_k_mode: str = "serial"
     swizzle: int | None = None      # sm90 only; None: the catalog's
+    twin: bool = False
 
     @property
     def label(self) -> str:
         tb, _, stages, cluster, schedule, scheduler = self.tile
         text = f"{tb[0]}x{tb[1]}x{tb[2]}"
         text += f"_{stages}st" if self.family == "sm80" else f"_c{cluster[0]}x{cluster[1]}_{schedule}_{scheduler}"
+        text += " stream-K twin" if self.twin else ""
         text += f" swizzle {self.swizzle}" if self.swizzle else ""
         return text + (f" split {self.split_k} {self.split_k_mode}" if self.split_k > 1 else "")
 
     def to_json(self) -> dict:
         return {"family": self.family, "tile": _plain(self.tile), "split_k": self.split_k,
-                "split_k_mode": self.split_k_mode, "swizzle": self.swizzle, "name": self.label}
+                "split_k_mode": self.split_k_mode, "swizzle": self.swizzle, "twin": self.twin, "name": self.label}
 
     @classmethod
     def from_json(cls, data: dict) -> "Choice":
         tb, warps, stages, cluster, schedule, scheduler = data["tile"]
         tile = (tuple(tb), tuple(warps), stages, tuple(cluster), schedule, scheduler)
-        return cls(data["family"], tile, data["split_k"], data["split_k_mode"], data.get("swizzle"))
+        return cls(data["family"], tile, data["split_k"], data["split_k_mode"], data.get("swizzle"),
+                   data.get("twin", False))
 
 
 def _plain(value):
@@ -98,7 +102,8 @@ def _plain(value):
 
 
 def candidates(family: str, k: int, element: str = "f16", element_out: str | None = None) -> list[Choice]:
-    """Every tile of the family's catalog (for these types) with each K split it can take."""
+    """Every tile of the family's catalog (for these types) with each K split it can take,
+    and the sm90 tiles that have a stream-K twin (selection.TAIL_TWINS) with it too."""
     out = []
     fam = catalog.load(catalog.for_element(family, element))
     for tile in fam.tiles:
@@ -113,8 +118,9 @@ def candidates(family: str, k: int, element: str = "f16", element_out: str | Non
         else:
             splits = [(1, "serial")]
         swizzles = SWIZZLES_SM90 if family == "sm90" else (None,)
-        out += [Choice(family, tile, s, mode, None if z == fam.swizzle else z)
-                for s, mode in splits for z in swizzles]
+        twins = (False, True) if family == "sm90" and selection.has_tail_twin(tile[0], tile[3], *tile[4:], element) else (False,)
+        out += [Choice(family, tile, s, mode, None if z == fam.swizzle else z, twin)
+                for s, mode in splits for z in swizzles for twin in twins]
     return out
 
 

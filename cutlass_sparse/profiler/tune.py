@@ -1,4 +1,5 @@
-"""The profiler's timing loop: time the catalog's candidates for a problem on the GPU,
+"""The profiler's timing loop: time the catalog's candidates for a problem on the GPU
+(with the stream-K twin of a tile that has one, where its scheduler would split the last wave),
 check each against the dense answer, and record the winner (plan.records).
 
 Profiling never starts unless asked (cs.tune, matmul(autotune=True) on a miss,
@@ -23,6 +24,7 @@ from ..build import warmup
 from ..describe import catalog, dtypes, selection
 from ..describe.helper_kernels import ReductionConfig
 from ..describe.problem import Epilogue, Operand, Problem, Split
+from ..launch import grid, sm90_choice
 from ..plan import plans
 from ..plan.records import Choice, Signature, candidates, put_record, record_of
 
@@ -91,8 +93,17 @@ def profiled_choices(problem: Problem) -> list[Choice]:
     since a record of it would run capped as well."""
     p = problem
     return [c for c in candidates(p.family, p.k, p.element, p.element_out)
-            if not c.swizzle   # sm80's is compiled in (None)
-            or selection.sm90_swizzle_capped(c.swizzle, c.tile[0], p.m, p.n, c.tile[3]) == c.swizzle]
+            if (not c.swizzle   # sm80's is compiled in (None)
+                or selection.sm90_swizzle_capped(c.swizzle, c.tile[0], p.m, p.n, c.tile[3]) == c.swizzle)
+            and (not c.twin or _splits_tail(p, c))]
+
+
+def _splits_tail(problem: Problem, choice: Choice) -> bool:
+    """Whether a twin choice's scheduler splits this problem's last wave: where it does not,
+    the twin runs data-parallel, the persistent kernel's work at a stream-K scheduler's cost."""
+    p, default = problem, catalog.load(catalog.for_element(problem.family, problem.element)).swizzle
+    return grid.stream_k_tiles(p.m, p.n, p.k, choice.tile[0], choice.tile[3][:2], p.sm_count,
+                               choice.swizzle or default)[2] > 0
 
 
 def _plan(problem: Problem, choice: Choice) -> tuple:
@@ -170,6 +181,8 @@ def candidate_configs(choices, problem: Problem) -> list:
                                      schedule=schedule, tile_scheduler=scheduler, activation=activation,
                                      **catalog.load(catalog.for_element(choice.family, p.element))
                                      .tile_fields(choice.tile))
+        if choice.twin:
+            config = sm90_choice.twin_of(config)
         if choice.family == "sm80":
             split = Split(choice.split_k, choice.split_k_mode)
             config = selection.gemm_variant(config, split, activation)

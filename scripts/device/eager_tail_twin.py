@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Issue 13 (GPU machine): the stream-K twin as a user calls it. At shapes where default
+selection runs the twin (sm90_choice.tail_twin), eager cs.matmul on torch tensors against
+the same call pinned to the persistent kernel it replaced, dense torch.mm and cuSPARSELt
+(torch._cslt_sparse_mm, its algorithm searched once), each timed with CUDA events around 20
+calls queued back to back (host included), the four taking turns; every result checked.
+Then a loop over new N of one twin range (a serving loop's new token counts) with the GPU
+kept busy: host time per call, and how many calls waited for the GPU (a twin's new shape is
+prepared on the host, no synchronizing setup).
+Run from the repository root: python scripts/device/eager_tail_twin.py [--rows f16:4608x2048x8192,...]"""
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ROWS = ("f16:4608x2048x8192,f16:6144x1536x4096,f16:3584x4096x18944,f16:4096x1280x14336,f16:5120x2048x13824,"
+        "bf16:4608x2048x8192,bf16:6144x1536x4096")
+NEW_N = (1793, 2048, 8)   # range(...): N of the (1024, 2048] range whose last wave splits at M 4608
+
+
+def main():
+    import torch
+
+    import cutlass_sparse as cs
+    from bench_eager import device_ms, relative_error, spin
+    from sustained import parse_rows
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=ROWS)
+    parser.add_argument("--rounds", type=int, default=3, help="turns of the four contestants")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    print(f"{'row':24} {'twin ms':>8} {'pers. ms':>8} {'dense ms':>8} {'cslt ms':>8}  twin/pers twin/dense "
+          f"twin/cslt  kernel, errors")
+    for dtype, (m, n, k) in parse_rows(args.rows):
+        kind = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[dtype])
+        w = cs.prune_2to4(torch.randn(m, k, device="cuda", dtype=kind))
+        x = torch.randn(k, n, device="cuda", dtype=kind)
+        sw = cs.compress(w)
+        info = {}
+        y = cs.matmul(sw, x, info=info)
+        persistent = info["config"].replace("_streamk", "").replace("_ld56", "")
+        pinned = {}
+        cs.matmul(sw, x, config=persistent, info=pinned)
+        compressed = torch._cslt_compress(w)
+        alg = torch._cslt_sparse_mm_search(compressed, x)
+        alg = alg[0] if isinstance(alg, tuple) else alg
+        ref = w.float() @ x.float()
+        calls = {"twin": lambda: cs.matmul(sw, x), "persistent": lambda: cs.matmul(sw, x, config=persistent),
+                 "dense": lambda: torch.mm(w, x), "cslt": lambda: torch._cslt_sparse_mm(compressed, x, alg_id=alg)}
+        errors = {name: relative_error(call(), ref) for name, call in calls.items()}
+        times = {name: [] for name in calls}
+        for turn in range(args.rounds):   # turns, the order reversed every other one (a warming card)
+            for name in (list(calls) if turn % 2 == 0 else list(reversed(calls))):
+                times[name].append(device_ms(torch, calls[name]))
+        ms = {name: statistics.median(t) for name, t in times.items()}
+        ok = all(e < 2e-2 for e in errors.values()) and "_streamk" in info["config"]
+        print(f"{dtype} {m}x{n}x{k:<8} {ms['twin']:8.3f} {ms['persistent']:8.3f} {ms['dense']:8.3f} "
+              f"{ms['cslt']:8.3f}  {ms['persistent'] / ms['twin']:9.3f} {ms['dense'] / ms['twin']:10.3f} "
+              f"{ms['cslt'] / ms['twin']:9.3f}  {'ok' if ok else 'FAIL'} {info['decomposition']} "
+              f"{pinned['decomposition']} " + " ".join(f"{k}={v:.1e}" for k, v in errors.items()), flush=True)
+        del y
+    new_n_loop(torch, cs, spin, relative_error)
+
+
+def new_n_loop(torch, cs, spin, relative_error):
+    """New N of one range, the GPU kept busy: a call that synchronizes shows as a wait."""
+    m, k = 4608, 8192
+    w = cs.prune_2to4(torch.randn(m, k, device="cuda", dtype=torch.float16))
+    sw = cs.compress(w)
+    ns = list(range(*NEW_N))
+    xs = {n: torch.randn(k, n, device="cuda", dtype=torch.float16) for n in ns}
+    cs.matmul(sw, xs[ns[0]])     # the range's first call (its kernel's first setup reads back)
+    for n in ns:                  # each output size once for torch's allocator, as a serving loop has
+        torch.empty((m, n), device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    busy = torch.cuda.Event()
+    times, waits, twins, results = [], 0, 0, {}
+    for n in ns[1:]:
+        if busy.query():
+            spin(torch, 20)
+            busy.record()
+        info = {} if n % 64 == 0 else None
+        start = time.perf_counter()
+        y = cs.matmul(sw, xs[n], info=info)
+        took = time.perf_counter() - start
+        waits += took > 5e-3
+        times.append(took * 1e6)
+        if info is not None:
+            twins += "_streamk" in info["config"]
+            results[n] = y
+    torch.cuda.synchronize()
+    worst = max(relative_error(y, w.float() @ xs[n].float()) for n, y in results.items())
+    print(f"new N loop, M {m} K {k}, N {ns[1]}..{ns[-1]} step {NEW_N[2]}: {len(times)} calls, host median "
+          f"{statistics.median(times):.1f} us, max {max(times):.1f} us, {waits} waited for the GPU; "
+          f"checked {sorted(results)} ({twins} ran the twin), worst error {worst:.1e} "
+          f"{'ok' if worst < 2e-2 else 'FAIL'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
