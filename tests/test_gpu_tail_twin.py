@@ -98,11 +98,11 @@ def test_linear_and_a_plan_replayed_in_a_cuda_graph():
     plan = cs.plan(sw, x)
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
-        plan(sw, x, out=out)
+        plan(x, out=out)
         stream.synchronize()
         out[...] = 0
         stream.begin_capture()
-        plan(sw, x, out=out)
+        plan(x, out=out)
         graph = stream.end_capture()
         for _ in range(3):   # each replay zeroes its barriers before the GEMM
             graph.launch(stream)

@@ -127,9 +127,10 @@ TAIL_TWINS = {((128, 256, 64), (2, 1, 1)): 56}
 # persistent kernel, f16 and bf16, 2.18 to 6.3 waves, K 3584 to 28672, and checked on 9 more
 # (1.21 to 2.18 waves, where CUTLASS splits every tile or the tail) (docs/NOTES.md, session 32):
 # measured/predicted within 4% but for one shape (5120x2048x28672: 0.99-1.00x measured, 1.07x
-# predicted). The twin runs where the prediction is at least TAIL_GAIN: 22 of the 33 runs,
-# measured +4% to +29% there (geomean +8.5%; 4096x1280x14336 +29%, 4608x2048x28672 +20%,
-# 3584x4096x18944 +7-8%), and -1% at that one shape; of the 11 others none gained over 5%.
+# predicted). The twin runs where the prediction is at least TAIL_GAIN: 19 of the 29 measured
+# (shape, type) rows, +4% to +29% there (geomean +9.6%; 4096x1280x14336 +29%, 4608x2048x28672
+# +20%, 3584x4096x18944 +7-8%) but for that one shape (-1.1% f16, +0.4% bf16); none of the
+# other 10 gained more than 2% (tests/test_tail_twin.py holds the table).
 TAIL_OVERHEAD = (0.213, 0.047, 0.384)   # constant, per wave, per 4096 / K
 TAIL_GAIN = 1.03
 
