@@ -144,3 +144,26 @@ def test_the_profiler_times_the_twin_where_its_scheduler_splits_and_records_it()
     # the profiler compiles the binary selection runs
     (compiled,) = tune.candidate_configs([twin], splits)
     assert kernels.key_for(compiled, "sm_90a") == kernels.key_for(_asked(splits), "sm_90a")
+
+
+def test_the_streams_shared_workspace_holds_every_twin_shapes():
+    # a twin launch takes its stream's shared workspace (stream_workspaces), sized once per
+    # kernel and SM count: it must hold what CUTLASS asks for at any shape the twin runs
+    from types import SimpleNamespace
+
+    from cutlass_sparse.launch import sm90_prepare
+
+    checked = set()
+    for m in range(256, 20000, 640):
+        for n in range(256, 8193, 256):
+            problem = _problem(m, n, 8192)
+            config, scheduling = sm90_choice.resolve(problem, None)
+            if scheduling.decomposition != "heuristic":
+                continue
+            plan = SimpleNamespace(config=config, scheduling=scheduling, kernel_problem=problem,
+                                   swizzle=config.swizzle, raster=config.raster)
+            computed = sm90_prepare.host_stream_k(plan)
+            bound = sm90_prepare.shared_workspace_bytes(plan)
+            assert computed is not None and 0 < computed[1] <= bound
+            checked.add(computed[1])
+    assert len(checked) > 20

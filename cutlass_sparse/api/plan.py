@@ -221,7 +221,7 @@ class Plan:
         again = self._agains.get(again_key)
         if again is not None:   # a repeated launch
             return again.fire()
-        key = (x_ptr, out_ptr)
+        key = (x_ptr, out_ptr, stream.ptr)   # a tail twin's launch takes its stream's workspace
         ready = self._readies.get(key)
         if ready is None:   # new pointers: the family plan builds (or finds) their Params
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr

@@ -26,7 +26,8 @@ from ..describe import dtypes
 from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
-from . import device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare, sm90_setup
+from . import (device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare, sm90_setup,
+               stream_workspaces)
 from .sm90_choice import FAMILY, TMA_ALIGN, resolve, run_order, staged, tma_ready
 from .sm90_ready import Ready
 from .staging import KeptBuffers, copy_lines, copy_rows, stage
@@ -111,6 +112,8 @@ class Sm90Plan:
         self._host_params: dict[tuple, sm90_params.HostParams] = {}
         self._retired = deque(maxlen=PARAMS_PER_PLAN)   # setup buffers of launches that gave way (ready)
         self._templates: dict[tuple, sm90_params.Template] = {}
+        # a tail twin's launches share their stream's workspace of this size (0: none shared)
+        self._shared_workspace = sm90_prepare.shared_workspace_bytes(self)
 
     @property
     def kernel(self) -> tuple:
@@ -178,6 +181,10 @@ class Sm90Plan:
         weight applied to the same buffers) must not stay on the slower launch that reads
         Params from global memory and cannot start programmatically (2-10% at 512 tokens
         on the H100, docs/sweep_pingpong_round2_h100.log)."""
+        if self._shared_workspace and workspace is None:   # launches on another stream get its workspace
+            import cupy
+
+            stream = stream or cupy.cuda.get_current_stream()
         key = self.ready_key(sw, pointers, stream, workspace, scales)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
         if ready is not None:
@@ -213,9 +220,11 @@ class Sm90Plan:
 
     def ready_key(self, sw, pointers: tuple[int, int, int], stream=None, workspace=None, scales=NO_VECTORS) -> tuple:
         """What ready() keeps a launch under: sw's arrays, the (b, c, d) pointers, the
-        workspace and the scale vectors."""
+        workspace and the scale vectors; and the stream, where the launch takes its stream's
+        shared workspace."""
+        shared = self._shared_workspace and workspace is None and stream is not None
         return (sw.values.data.ptr, sm90_metadata.for_kernel(sw, self.atom_k, stream).data.ptr, *pointers,
-                0 if workspace is None else workspace.data.ptr, *scales)
+                0 if workspace is None else workspace.data.ptr, *scales, stream.ptr if shared else 0)
 
     def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
@@ -363,8 +372,8 @@ class Sm90Plan:
         stream = stream or cupy.cuda.get_current_stream()
         prepared = self._prepared(pointers)
         if prepared.workspace_bytes:
-            if workspace is None:   # from the launching stream's pool: freed, it is reused in that stream's order
-                workspace = graphs.empty(prepared.workspace_bytes, stream)
+            if workspace is None:
+                workspace = self._own_workspace(prepared.workspace_bytes, stream)
             elif workspace.nbytes < prepared.workspace_bytes or workspace.data.ptr % 128:
                 raise ValueError(f"workspace holds {workspace.nbytes} bytes at {workspace.data.ptr:#x}; this call "
                                  f"needs {prepared.workspace_bytes} bytes, 128-byte aligned (cs.workspace_size)")
@@ -383,6 +392,14 @@ class Sm90Plan:
         arguments = pdl.kernel_params(placeholder, from_device)
         return Ready(ctypes.addressof(arguments), prepared.grid, (arguments, placeholder, from_device), False,
                      workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured, stream.ptr)
+
+    def _own_workspace(self, nbytes: int, stream):
+        """The workspace of a launch the caller gave none: a tail twin's stream's shared one
+        (stream_workspaces); else, and under capture, a new one from the launching stream's
+        pool (freed, it is reused in that stream's order) or the graph's."""
+        if nbytes <= self._shared_workspace and not graphs.capturing(stream.ptr):
+            return stream_workspaces.for_stream(self.problem.device_id, stream, self._shared_workspace)
+        return graphs.empty(nbytes, stream)
 
     def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)

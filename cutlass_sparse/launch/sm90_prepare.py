@@ -63,16 +63,34 @@ def host_stream_k(plan) -> tuple | None:
     heuristic decomposition without a K split (the tail twin), computed here; None for any
     other scheduling (read back from the setup). The workspace holds the epilogue's (none:
     no fusion of ours asks for one), the partials, then the barriers."""
-    if plan.config.tile_scheduler != "streamk" or (plan.scheduling.decomposition, plan.scheduling.splits) != (
-            "heuristic", 1):
+    if not _tail_twin(plan):
         return None
     k, config = plan.kernel_problem, plan.config
-    *_, split = grid.stream_k_tiles(k.m, k.n, k.k, config.threadblock, config.cluster[:2], k.sm_count,
-                                    plan.swizzle, plan.raster)
+    tiles, per_wave, split = grid.stream_k_tiles(k.m, k.n, k.k, config.threadblock, config.cluster[:2], k.sm_count,
+                                                 plan.swizzle, plan.raster)
+    if tiles < per_wave:   # CUTLASS may take its split-K variant there (not copied here): read back
+        return None
     partials, barriers = grid.stream_k_workspace(split, config.threadblock)
     launch = grid.persistent_grid(k.m, k.n, config.threadblock[:2], config.cluster[:2], k.sm_count, plan.swizzle,
                                   plan.raster, truncate=False)
     return (launch, partials + barriers, partials, barriers) if split else (launch, 0, 0, 0)
+
+
+def _tail_twin(plan) -> bool:
+    return plan.config.tile_scheduler == "streamk" and (plan.scheduling.decomposition, plan.scheduling.splits) == (
+        "heuristic", 1)
+
+
+def shared_workspace_bytes(plan) -> int:
+    """For a stream-K kernel in the heuristic decomposition (the tail twin): the most
+    workspace it asks for at any shape, what the launches of a stream share
+    (stream_workspaces); 0 for other plans. CUTLASS splits under two waves of tiles (the
+    last full wave and a tail under half a wave; or every tile, where there are fewer)."""
+    if not _tail_twin(plan):
+        return 0
+    k, config = plan.kernel_problem, plan.config
+    per_wave = grid.stream_k_tiles(k.m, k.n, k.k, config.threadblock, config.cluster[:2], k.sm_count, 1)[1]
+    return sum(grid.stream_k_workspace(2 * per_wave, config.threadblock))
 
 
 def _prepare(plan, pointers) -> Prepared:

@@ -20,7 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROWS = ("f16:4608x2048x8192,f16:6144x1536x4096,f16:3584x4096x18944,f16:4096x1280x14336,f16:5120x2048x13824,"
         "bf16:4608x2048x8192,bf16:6144x1536x4096")
-NEW_N = (1793, 2048, 8)   # range(...): N of the (1024, 2048] range whose last wave splits at M 4608
+# N of the (1024, 2048] range at M 4608, K 8192: the twin's (8 N tiles: the last wave splits)
+# and the persistent kernel's (6-7 N tiles), the same count of new N each
+NEW_N = {"twin": range(1793, 2048, 8), "persistent": range(1537, 1792, 8)}
 
 
 def main():
@@ -65,15 +67,15 @@ def main():
               f"{ms['cslt'] / ms['twin']:9.3f}  {'ok' if ok else 'FAIL'} {info['decomposition']} "
               f"{pinned['decomposition']} " + " ".join(f"{k}={v:.1e}" for k, v in errors.items()), flush=True)
         del y
-    new_n_loop(torch, cs, spin, relative_error)
+    for kernel, ns in NEW_N.items():
+        new_n_loop(torch, cs, spin, relative_error, kernel, list(ns))
 
 
-def new_n_loop(torch, cs, spin, relative_error):
+def new_n_loop(torch, cs, spin, relative_error, kernel, ns):
     """New N of one range, the GPU kept busy: a call that synchronizes shows as a wait."""
     m, k = 4608, 8192
     w = cs.prune_2to4(torch.randn(m, k, device="cuda", dtype=torch.float16))
     sw = cs.compress(w)
-    ns = list(range(*NEW_N))
     xs = {n: torch.randn(k, n, device="cuda", dtype=torch.float16) for n in ns}
     cs.matmul(sw, xs[ns[0]])     # the range's first call (its kernel's first setup reads back)
     for n in ns:                  # each output size once for torch's allocator, as a serving loop has
@@ -96,10 +98,17 @@ def new_n_loop(torch, cs, spin, relative_error):
             results[n] = y
     torch.cuda.synchronize()
     worst = max(relative_error(y, w.float() @ xs[n].float()) for n, y in results.items())
-    print(f"new N loop, M {m} K {k}, N {ns[1]}..{ns[-1]} step {NEW_N[2]}: {len(times)} calls, host median "
+    print(f"new N loop ({kernel}), M {m} K {k}, N {ns[1]}..{ns[-1]} step 8: {len(times)} calls, host median "
           f"{statistics.median(times):.1f} us, max {max(times):.1f} us, {waits} waited for the GPU; "
-          f"checked {sorted(results)} ({twins} ran the twin), worst error {worst:.1e} "
+          f"checked {sorted(results)} ({twins} ran the twin), memory held {torch.cuda.memory_allocated() >> 20} MiB "
+          f"(torch) + {cupy_held() >> 20} MiB (CuPy's pool), worst error {worst:.1e} "
           f"{'ok' if worst < 2e-2 else 'FAIL'}", flush=True)
+
+
+def cupy_held() -> int:
+    import cupy
+
+    return cupy.get_default_memory_pool().used_bytes()
 
 
 if __name__ == "__main__":
