@@ -172,3 +172,25 @@ def test_the_profiler_times_the_twin_beside_the_persistent_tile(tmp_path, monkey
     assert rows[0].choice == winner and rows[0].ms <= min(twin, persistent)
     info = {}
     assert_close(cs.matmul(sw, x, info=info), expect(w, x), "f16")   # the recorded winner
+
+
+def test_two_streams_running_the_twin_at_once_each_use_their_own_workspace():
+    """Twin launches share their stream's workspace (launch.stream_workspaces): calls queued
+    on two streams at once, with different outputs, must not meet in one workspace."""
+    import cupy
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=88, family="sm90")
+    x2 = cupy.ascontiguousarray(x[::-1])    # another x: the streams' results differ
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+    outs = [poisoned((M, N_TWIN), np.float16) for _ in range(2)]
+    cupy.cuda.Device().synchronize()
+    plan = cs.plan(sw, x)
+    for _ in range(6):   # the two streams' launches interleave on the GPU
+        for stream, xi, out in zip(streams, (x, x2), outs):
+            with stream:
+                cs.matmul(sw, xi, out=out)
+                plan(xi, out=out)
+    cupy.cuda.Device().synchronize()
+    assert_close(outs[0], expect(w, x), "f16")
+    assert_close(outs[1], expect(w, x2), "f16")

@@ -38,9 +38,9 @@ _ABSENT = tuple(v == 0 for v in NO_VECTORS)
 # repeats its pointers (a plan, a benchmark, a weight applied to the same buffers) reuses
 # the launch made last time.
 PARAMS_PER_PLAN = 64
-# A stream-K plan's launches each hold a workspace (the partial tiles: 20-33 MB for the
-# 128x256 twin at 2-7 waves), so it keeps fewer: a loop over new D buffers would otherwise
-# hold up to PARAMS_PER_PLAN of them.
+# A split_k plan's launches each hold a workspace of their own (the partial tiles, tens of MB),
+# so it keeps fewer: a loop over new D buffers would otherwise hold up to PARAMS_PER_PLAN of
+# them. (A tail twin's launches share their stream's: stream_workspaces.)
 WORKSPACES_PER_PLAN = 4
 # Setup buffers (device Params, stream-K workspaces) launched on a stream other than the one
 # whose pool they came from, each kept until that launch is done (launch)
@@ -194,7 +194,8 @@ class Sm90Plan:
             ready = self._build(key[:5], workspace, stream, scales)
             if ready.captured:   # not for later calls: an eager one before the first replay would read nothing
                 return ready
-        kept = PARAMS_PER_PLAN if ready.workspace is None else WORKSPACES_PER_PLAN
+        own = ready.workspace is not None and not stream_workspaces.is_shared(ready.workspace)
+        kept = WORKSPACES_PER_PLAN if own else PARAMS_PER_PLAN
         with self._lock:
             self._readies[key] = ready
             while len(self._readies) > kept:

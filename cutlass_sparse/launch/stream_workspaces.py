@@ -31,3 +31,8 @@ def for_stream(device_id: int, stream, nbytes: int):
                 _buffers.pop(next(iter(_buffers)))
             buffer = _buffers.setdefault(key, made)
     return buffer
+
+
+def is_shared(buffer) -> bool:
+    """Whether `buffer` is a stream's shared workspace (launches holding it hold no memory of their own)."""
+    return any(kept is buffer for kept in list(_buffers.values()))
