@@ -49,20 +49,22 @@ def token_counts(n_max: int = N_MAX, family: str = "sm80") -> list[int]:
     tile count of the tiles whose stream-K twin may run instead; the sm80 family sees N
     through the tiles along N (ceil(N / tile N)), so its intervals are `step` wide, every
     catalog tile's N a multiple of it. Tests check both against every N on a smaller range."""
+    twin_ns = set()
     if family == "sm90":
         starts, low = [], 0
         while low < n_max:
             starts.append(low)
             low = selection.n_range(low + 1)
         # where a tile's stream-K twin may run (selection.TAIL_TWINS), the choice follows the
-        # tiles along N too: the last N of each tile count
+        # tiles along N too: the last N of each tile count (the kernel of an N that is not in
+        # whole vectors is the aligned N's: the plan stages x and D)
         step = math.gcd(*(tile[1] for tile, _ in selection.TAIL_TWINS))
-        starts += range(step - 8, n_max, step)
+        twin_ns = set(range(step, n_max + 1, step))
     else:
         step = math.gcd(*(tile[0][1] for tile in catalog.load(family).tiles))
         assert step % 8 == 0, step      # else low + 8 would not stand for 8-aligned N
         starts = range(0, n_max, step)
-    return sorted({low + r for low in starts for r in (1, 2, 4, 8) if low + r <= n_max})
+    return sorted(twin_ns | {low + r for low in starts for r in (1, 2, 4, 8) if low + r <= n_max})
 
 
 def family_of(arch: str) -> tuple[str, str]:
