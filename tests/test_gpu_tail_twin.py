@@ -73,15 +73,22 @@ def test_one_range_of_n_runs_both_kernels_in_an_eager_loop():
 
     _sm90_or_skip()
     w, sw, x = random_operands(M, N_TWIN, K, "bf16", "row", seed=84, family="sm90")
-    seen = {}
-    for n in (N_PERSISTENT, N_TWIN, N_PERSISTENT, N_TWIN - 8, N_TWIN):
-        xn = cupy.ascontiguousarray(x[:, :n])
+    from cutlass_sparse.api import eager
+
+    eager.clear()
+    seen, xs = {}, {}
+    for n in (N_TWIN, N_PERSISTENT, N_TWIN - 8, N_PERSISTENT - 8, N_TWIN):
+        xs[n] = xn = cupy.ascontiguousarray(x[:, :n])
+        assert_close(cs.matmul(sw, xn), expect(w, xn), "bf16")   # the eager path (and its build-ahead)
         info = {}
-        y = cs.matmul(sw, xn, info=info)
+        y = cs.matmul(sw, xn, info=info)                         # the plan, reported
         seen[n] = _twin(info)
         assert_close(y, expect(w, xn), "bf16")
-        assert_close(cs.matmul(sw, xn), expect(w, xn), "bf16")   # the eager path's remembered plan
-    assert seen == {N_PERSISTENT: False, N_TWIN: True, N_TWIN - 8: True}
+    assert seen == {N_TWIN: True, N_PERSISTENT: False, N_TWIN - 8: True, N_PERSISTENT - 8: False}
+    # what the eager path remembered for each N (built ahead or made) runs the same kernel
+    remembered = {e.problem.n: "_streamk_" in e.plan.config.name for e in list(eager._entries.values())
+                  if (e.problem.m, e.problem.k, e.problem.element) == (M, K, "bf16") and e.problem.n in seen}
+    assert remembered == seen
 
 
 def test_linear_and_a_plan_replayed_in_a_cuda_graph():
@@ -116,12 +123,13 @@ def test_a_caller_workspace_of_workspace_size_bytes():
     _sm90_or_skip()
     w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=86, family="sm90")
     need = cs.workspace_size(sw, x)
-    _, _, split = grid.stream_k_tiles(M, N_TWIN, K, (128, 256, 64), (2, 1), 132, 1)
-    assert need == sum(grid.stream_k_workspace(split, (128, 256, 64)))   # the split tiles' partials and barriers
     workspace = cupy.empty(need, dtype=cupy.uint8)
     info = {}
     y = cs.matmul(sw, x, workspace=workspace, info=info)
     assert _twin(info) and info["workspace_bytes"] == need, info
+    sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    _, _, split = grid.stream_k_tiles(M, N_TWIN, K, (128, 256, 64), (2, 1), sm_count, info["swizzle"], info["raster"])
+    assert need == sum(grid.stream_k_workspace(split, (128, 256, 64)))   # the split tiles' partials and barriers
     assert_close(y, expect(w, x), "f16")
     assert reference.relative_error(cs.matmul(sw, x, workspace=workspace), expect(w, x)) <= 2e-2
 
@@ -186,6 +194,11 @@ def test_two_streams_running_the_twin_at_once_each_use_their_own_workspace():
     outs = [poisoned((M, N_TWIN), np.float16) for _ in range(2)]
     cupy.cuda.Device().synchronize()
     plan = cs.plan(sw, x)
+    family = plan.family_plan
+    spaces = [[family.ready(sw, (xi.data.ptr, out.data.ptr, out.data.ptr), None, s).workspace.data.ptr
+               for out in outs] for s, xi in zip(streams, (x, x2))]
+    assert spaces[0][0] == spaces[0][1] and spaces[1][0] == spaces[1][1]   # one per stream ...
+    assert spaces[0][0] != spaces[1][0]                                     # ... and apart
     for _ in range(6):   # the two streams' launches interleave on the GPU
         for stream, xi, out in zip(streams, (x, x2), outs):
             with stream:

@@ -167,3 +167,47 @@ def test_the_streams_shared_workspace_holds_every_twin_shapes():
             assert computed is not None and 0 < computed[1] <= bound
             checked.add(computed[1])
     assert len(checked) > 20
+
+
+def test_a_range_without_a_twin_tile_costs_no_selection(monkeypatch):
+    # range_key runs for every new N: only ranges whose tile has a twin resolve the kernel
+    def refuse(*args, **kwargs):
+        raise AssertionError("resolved")
+
+    monkeypatch.setattr(sm90_choice, "resolve", refuse)
+    for m, n, k in ((4096, 24, 4096), (4096, 300, 4096), (14336, 512, 4096), (6144, 1024, 4096)):
+        plans.range_key(_problem(m, n, k), None, None)
+    with pytest.raises(AssertionError, match="resolved"):
+        plans.range_key(_problem(4608, 2048, 8192), None, None)
+
+
+def test_a_recorded_twin_runs_the_persistent_kernel_where_the_last_wave_does_not_split():
+    from cutlass_sparse.profiler import tune
+
+    twin = next(c for c in tune.profiled_choices(_problem(4608, 2048, 8192)) if c.twin and not c.swizzle)
+    # the record serves its bucket: at 1536 tokens (1.64 waves, the tail over half a wave) it
+    # must not run the stream-K kernel data-parallel
+    whole = _problem(4608, 1536, 8192)
+    config, scheduling = sm90_choice.resolve(whole, None, twin)
+    assert config.tile_scheduler == "persistent" and scheduling.decomposition == "data_parallel"
+    assert plans.range_key(whole, None, twin) != plans.range_key(_problem(4608, 2048, 8192), None, twin)
+
+
+def test_threads_on_the_per_thread_default_stream_get_workspaces_of_their_own():
+    import threading
+    from types import SimpleNamespace
+
+    from cutlass_sparse.launch import stream_workspaces
+
+    seen = []
+    for ptr in (stream_workspaces.PER_THREAD_STREAM, 0x1234):
+        stream = SimpleNamespace(ptr=ptr)
+        threads = [threading.Thread(target=lambda s=stream: seen.append(stream_workspaces.identity(s)))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    ptds, plain = seen[:2], seen[2:]
+    assert ptds[0] != ptds[1]          # one handle, two concurrent streams
+    assert plain[0] == plain[1]        # one stream: its launches run in turn

@@ -209,7 +209,8 @@ def _for_n(entry: Entry, fast_key: tuple) -> Entry:
 def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     """A class's first call has the device build Params for the rest of its N range (sm90),
     so the range's other N launch the GEMM alone; their plans are remembered under the
-    keys those calls will have."""
+    keys those calls will have. Where the range holds two kernels (the tail twin's), each
+    builds for its own N, the other only if it is compiled already."""
     plan, problem = entry.plan, entry.problem
     if klass is None or plan.family != "sm90" or klass in _ahead or _capturing():
         return   # in a capture: pinned memory, a side stream and allocations it may forbid; a later call builds
@@ -217,8 +218,14 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     n = problem.n
     others = [v for v in range(selection.n_range_start(n), selection.n_range(n) + 1)
               if v != n and (v % 8 == 0) == (n % 8 == 0) and (v == 1) == (n == 1)]
-    problems = [q for q in (_with_n(problem, v) for v in others[:AHEAD]) if plans.shares_kernel(plan, q)]
-    built = plan.build_ahead(problems)
+    problems = [_with_n(problem, v) for v in others[:AHEAD]]
+    same = [q for q in problems if plans.shares_kernel(plan, q)]
+    built = plan.build_ahead(same)
+    shared = {q.n for q in same}
+    rest = [q for q in problems if q.n not in shared]
+    other = plans.at_hand(rest[0], plan.asked[0]) if rest else None
+    if other is not None:   # the range's other kernel (a tail twin's persistent tile, or the twin)
+        built = {**other.build_ahead(rest[1:]), rest[0].n: other, **built}
     for p in problems:
         if p.n in built:
             _keep(key_for_n(fast_key, p.n), Entry(built[p.n], p), None)

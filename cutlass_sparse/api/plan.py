@@ -10,7 +10,8 @@ whole tiles (three pointers written into a copy of the argument block), and sm90
 kernel's Params, built by its setup entry once per (x, out) pair, kept by the plan). No
 allocation when `out` is given, no synchronization, so it can be captured in a CUDA
 graph (on sm90, after one call with the same x and out, or the setup launch is captured
-too). Other cases (sm80 split-K, padded M or K) run cs.matmul with the plan's options:
+too; a stream-K tail twin's always is, with a workspace of the graph's own, since its
+eager launches share their stream's). Other cases (sm80 split-K, padded M or K) run cs.matmul with the plan's options:
 the same result and kernel choice, more host time. A plan multiplies by the weight's
 arrays as they are when it is made: a later `sw.values = ...` on the caller's matrix
 reaches neither its direct launches (their Params hold the pointers) nor the others.
@@ -21,7 +22,7 @@ import copy
 
 from ..describe import catalog, dtypes
 from ..formats.matrices import SparseMatrix
-from ..launch import graphs, pdl
+from ..launch import graphs, pdl, stream_workspaces
 from ..plan import plans
 from . import eager, operands
 from .interop import is_torch, torch_dtype, torch_io, torch_stream, torch_stream_pointer
@@ -104,7 +105,7 @@ class Plan:
             self.align_out = fam.alignment_c * self.np_out.itemsize
             self.bound = fam.bind(sw, c_ptr)
         self.c_ptr = c_ptr
-        self._readies = {}   # sm90: built launches per (x, out) pointer pair
+        self._readies = {}   # sm90: built launches per (x, out) pointer pair and stream
         self._agains = {}    # sm90: the repeated ones, per stream, made again as they are (keep_again)
 
     def _torch_out(self, x, **_):
@@ -221,9 +222,11 @@ class Plan:
         again = self._agains.get(again_key)
         if again is not None:   # a repeated launch
             return again.fire()
-        key = (x_ptr, out_ptr, stream.ptr)   # a tail twin's launch takes its stream's workspace
+        key = (x_ptr, out_ptr, stream_workspaces.identity(stream))   # a tail twin's launch takes its stream's workspace
         ready = self._readies.get(key)
-        if ready is None:   # new pointers: the family plan builds (or finds) their Params
+        if ready is None or (ready.workspace is not None and self.family_plan.shares_in_capture(ready, stream)):
+            # new pointers: the family plan builds (or finds) their Params; or a capture of a
+            # launch on its stream's shared workspace: one of the graph's own
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
             ready = self.family_plan.ready(self.sw, (x_ptr, c_ptr, out_ptr), None, stream)
             if not ready.captured:   # Params a capture's setup writes exist after a replay only

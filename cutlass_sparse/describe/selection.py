@@ -293,9 +293,11 @@ def output_alignments(family: str, element_out: str) -> tuple[int, ...]:
 
 def config_for_shape(m: int, n: int, k: int, element: str, element_out: str, layout_b: str,
                      sm_count: int, family: str = "sm80") -> SparseGemmConfig:
-    """What matmul picks for contiguous, allocator-aligned operands of this shape.
+    """The catalog's pick for contiguous, allocator-aligned operands of this shape: what
+    matmul runs, but on sm90 where its last wave splits (matmul may then run the tile's
+    stream-K twin: launch.sm90_choice.tail_twin; plans.make says what it runs).
 
-    Needs no GPU: the CLI's compile-only mode and cache warm-up use it.
+    Needs no GPU: the CLI's --emit and the profiler's candidate list use it.
     """
     is_sm90 = family == "sm90"
     family = catalog.for_element(family, element)

@@ -85,6 +85,13 @@ def _tiles(m: int, n: int, tile: tuple[int, int], cluster: tuple[int, int], max_
     return padded_m, padded_n, order
 
 
+def ctas_per_wave(m: int, n: int, tile, cluster: tuple[int, int], sm_count: int, max_swizzle: int = 1,
+                  raster_option: int = 0) -> int:
+    """CTAs in one wave of the stream-K scheduler: its grid, not cut down to the problem."""
+    x, y, _ = persistent_grid(m, n, tile[:2], cluster, sm_count, max_swizzle, raster_option, truncate=False)
+    return x * y
+
+
 # PersistentTileSchedulerSm90StreamKParams::min_iters_per_sk_unit_: no stream-K work for a
 # tile of this many K tiles or fewer
 MIN_ITERS_PER_SK_UNIT = 8
@@ -97,8 +104,8 @@ def stream_k_tiles(m: int, n: int, k: int, tile: tuple[int, int, int], cluster: 
     where the last wave is part-empty and under half full, the last full wave's tiles and
     the tail are split over one wave of CTAs; else none (data-parallel)."""
     padded_m, padded_n, _ = _tiles(m, n, tile[:2], cluster, max_swizzle, raster_option)
-    x, y, _ = persistent_grid(m, n, tile[:2], cluster, sm_count, max_swizzle, raster_option, truncate=False)
-    tiles, per_wave, size = padded_m * padded_n, x * y, cluster[0] * cluster[1]
+    tiles, size = padded_m * padded_n, cluster[0] * cluster[1]
+    per_wave = ctas_per_wave(m, n, tile, cluster, sm_count, max_swizzle, raster_option)
     full, tail = divmod(tiles, per_wave)
     if not tail or cdiv(k, tile[2]) <= MIN_ITERS_PER_SK_UNIT or 2 * tail >= per_wave:
         return tiles, per_wave, 0

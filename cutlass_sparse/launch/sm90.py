@@ -23,12 +23,11 @@ from collections import OrderedDict, deque
 
 from ..build import kernels
 from ..describe import dtypes
-from ..describe.arith import round_up
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
 from . import (device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare, sm90_setup,
                stream_workspaces)
-from .sm90_choice import FAMILY, TMA_ALIGN, resolve, run_order, staged, tma_ready
+from .sm90_choice import FAMILY, TMA_ALIGN, kernel_n, resolve, run_order, staged, tma_ready
 from .sm90_ready import Ready
 from .staging import KeptBuffers, copy_lines, copy_rows, stage
 
@@ -62,11 +61,7 @@ class Sm90Plan:
         # D's layout: a caller's column-major out is written in place (M contiguous); D the
         # library allocates is row-major, a single column column-major (Problem.layout_d).
         self.layout_c = layout_c = p.layout_d
-        # The kernel's N: CUTLASS's TMA collectives want the contiguous extent of a row-major
-        # B or D in whole 16-byte vectors, so an N that is not runs on N rounded up, with x's
-        # extra columns unwritten and D's dropped. Column-major x and D take any N.
-        rounds = p.layout_b == "row" or layout_c == "row"
-        self.n_k = n_k = round_up(p.n, TMA_ALIGN // min(item, out_item)) if rounds else p.n
+        self.n_k = n_k = kernel_n(p)
         # What the kernel sees: each operand in place where TMA can take it, else staged.
         self.stage_x = n_k != p.n or not tma_ready(p.x, item)
         self.stage_out = n_k != p.n or not tma_ready(p.out, out_item)      # also: D the library allocates
@@ -139,7 +134,9 @@ class Sm90Plan:
                     compile_seconds=self.compiled.compile_seconds, grid=None if ready is None else ready.grid,
                     k_padded=False, decomposition=self.scheduling.decomposition, split_k=self.scheduling.splits,
                     swizzle=self.swizzle, raster=self.raster,
-                    workspace_bytes=0 if ready is None or ready.workspace is None else ready.workspace.nbytes)
+                    # what this shape asks for (a tail twin's launch holds its stream's larger buffer)
+                    workspace_bytes=0 if ready is None or ready.workspace is None
+                    else self._prepared_value.workspace_bytes)
 
     def run(self, sw, x, out, c, workspace, scales=NO_VECTORS):
         """Launch on the current stream; returns D as [M, N] (`out` when given). scales:
@@ -187,14 +184,15 @@ class Sm90Plan:
             stream = stream or cupy.cuda.get_current_stream()
         key = self.ready_key(sw, pointers, stream, workspace, scales)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
-        if ready is not None:
+        if ready is not None and not self.shares_in_capture(ready, stream):
             return ready if ready.by_value else self.by_value(ready, key, scales, stream)
         ready = self._from_host(key[:5], scales, stream) if workspace is None else None
         if ready is None:
             ready = self._build(key[:5], workspace, stream, scales)
             if ready.captured:   # not for later calls: an eager one before the first replay would read nothing
                 return ready
-        own = ready.workspace is not None and not stream_workspaces.is_shared(ready.workspace)
+        # launches holding a workspace the library allocated for them alone (split_k's)
+        own = workspace is None and ready.workspace is not None and not stream_workspaces.is_shared(ready.workspace)
         kept = WORKSPACES_PER_PLAN if own else PARAMS_PER_PLAN
         with self._lock:
             self._readies[key] = ready
@@ -225,7 +223,14 @@ class Sm90Plan:
         shared workspace."""
         shared = self._shared_workspace and workspace is None and stream is not None
         return (sw.values.data.ptr, sm90_metadata.for_kernel(sw, self.atom_k, stream).data.ptr, *pointers,
-                0 if workspace is None else workspace.data.ptr, *scales, stream.ptr if shared else 0)
+                0 if workspace is None else workspace.data.ptr, *scales,
+                stream_workspaces.identity(stream) if shared else 0)
+
+    def shares_in_capture(self, ready: Ready, stream) -> bool:
+        """Whether a kept launch holds its stream's shared workspace while `stream` captures a
+        graph: the graph, replayed on any stream, needs a workspace of its own."""
+        return (self._shared_workspace and ready.workspace is not None and stream is not None
+                and graphs.capturing(stream.ptr) and stream_workspaces.is_shared(ready.workspace))
 
     def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`

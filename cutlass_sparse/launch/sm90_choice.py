@@ -45,7 +45,9 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         config = entries.config(choice.tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c,
                                 p.element_x)
         config = run_order(p, config, choice)
-        if choice.twin:   # the profiler's choice of the stream-K twin
+        # the profiler's choice of the stream-K twin, where this shape's last wave splits (its
+        # record serves other shapes too)
+        if choice.twin and splits_tail(p, config.threadblock, config.cluster, config.swizzle, config.raster)[0]:
             return _fitted(p, twin_of(config), given), Scheduling("heuristic")
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
@@ -86,11 +88,29 @@ def tail_twin(problem: Problem, config: SparseGemmConfig) -> SparseGemmConfig | 
     if not selection.has_tail_twin(config.threadblock, config.cluster, config.schedule, config.tile_scheduler,
                                    config.element):
         return None
-    tiles, per_wave, split = grid.stream_k_tiles(p.m, p.n, p.k, config.threadblock, config.cluster[:2], p.sm_count,
-                                                 config.swizzle, config.raster)
-    if not split or tiles < per_wave or selection.tail_split_gain(tiles / per_wave, p.k) < selection.TAIL_GAIN:
+    split, waves = splits_tail(p, config.threadblock, config.cluster, config.swizzle, config.raster)
+    if not split or selection.tail_split_gain(waves, p.k) < selection.TAIL_GAIN:
         return None
     return twin_of(config)
+
+
+def splits_tail(problem: Problem, threadblock, cluster, swizzle: int, raster: int = 0) -> tuple[bool, float]:
+    """(whether CUTLASS's stream-K scheduler splits this problem's part-empty last wave with at
+    least one full wave before it, the waves of tiles): where a twin may run."""
+    p = problem
+    tiles, per_wave, split = grid.stream_k_tiles(p.m, p.n, p.k, threadblock, cluster[:2], p.sm_count, swizzle,
+                                                 raster)
+    return split > 0 and tiles >= per_wave, tiles / per_wave
+
+
+def kernel_n(problem: Problem) -> int:
+    """The N the sm90 kernel runs: CUTLASS's TMA collectives want the contiguous extent of a
+    row-major B or D in whole 16-byte vectors, so an N that is not runs on N rounded up, with
+    x's extra columns unwritten and D's dropped. Column-major x and D take any N."""
+    p = problem
+    item = min(dtypes.numpy_dtype(p.element).itemsize, dtypes.numpy_dtype(p.element_out).itemsize)
+    rounds = p.layout_b == "row" or p.layout_d == "row"
+    return round_up(p.n, TMA_ALIGN // item) if rounds else p.n
 
 
 def twin_of(config: SparseGemmConfig) -> SparseGemmConfig:

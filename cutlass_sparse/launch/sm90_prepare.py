@@ -31,6 +31,9 @@ class Prepared:
 _templates: dict[tuple[str, int], object] = {}
 # Per (kernel, device, sizes, leading dimensions, scheduling, swizzle, raster order): grid
 # and workspace.
+# (kernel, device) whose host stream-K figures (host_stream_k) one setup has confirmed: until
+# then a shape the host copy covers still runs the synchronizing setup, which checks them.
+_stream_k_confirmed: set[tuple[str, int]] = set()
 _prepared: dict[tuple, Prepared] = {}
 _prepared_lock = threading.Lock()
 
@@ -63,7 +66,7 @@ def host_stream_k(plan) -> tuple | None:
     heuristic decomposition without a K split (the tail twin), computed here; None for any
     other scheduling (read back from the setup). The workspace holds the epilogue's (none:
     no fusion of ours asks for one), the partials, then the barriers."""
-    if not _tail_twin(plan):
+    if not runs_tail_twin(plan):
         return None
     k, config = plan.kernel_problem, plan.config
     tiles, per_wave, split = grid.stream_k_tiles(k.m, k.n, k.k, config.threadblock, config.cluster[:2], k.sm_count,
@@ -76,7 +79,9 @@ def host_stream_k(plan) -> tuple | None:
     return (launch, partials + barriers, partials, barriers) if split else (launch, 0, 0, 0)
 
 
-def _tail_twin(plan) -> bool:
+def runs_tail_twin(plan) -> bool:
+    """Whether the plan runs a stream-K kernel in the heuristic decomposition without a K
+    split: the tail twin (sm90_choice)."""
     return plan.config.tile_scheduler == "streamk" and (plan.scheduling.decomposition, plan.scheduling.splits) == (
         "heuristic", 1)
 
@@ -84,13 +89,14 @@ def _tail_twin(plan) -> bool:
 def shared_workspace_bytes(plan) -> int:
     """For a stream-K kernel in the heuristic decomposition (the tail twin): the most
     workspace it asks for at any shape, what the launches of a stream share
-    (stream_workspaces); 0 for other plans. CUTLASS splits under two waves of tiles (the
-    last full wave and a tail under half a wave; or every tile, where there are fewer)."""
-    if not _tail_twin(plan):
+    (stream_workspaces); 0 for other plans. CUTLASS splits fewer tiles than a wave and a
+    half: the last full wave and a tail under half a wave, or every tile where there are
+    fewer than that (its split-K variant, under one wave, asks for no more)."""
+    if not runs_tail_twin(plan):
         return 0
     k, config = plan.kernel_problem, plan.config
-    per_wave = grid.stream_k_tiles(k.m, k.n, k.k, config.threadblock, config.cluster[:2], k.sm_count, 1)[1]
-    return sum(grid.stream_k_workspace(2 * per_wave, config.threadblock))
+    per_wave = grid.ctas_per_wave(k.m, k.n, config.threadblock, config.cluster[:2], k.sm_count)
+    return sum(grid.stream_k_workspace(per_wave + per_wave // 2, config.threadblock))
 
 
 def _prepare(plan, pointers) -> Prepared:
@@ -101,7 +107,7 @@ def _prepare(plan, pointers) -> Prepared:
     if templates is not None and plan.config.tile_scheduler != "streamk":
         return Prepared(templates, host_grid(plan), 0, 0, 0)
     computed = host_stream_k(plan)
-    if templates is not None and computed is not None:
+    if templates is not None and computed is not None and key in _stream_k_confirmed:
         return Prepared(templates, *computed)
     prepared = on_device(plan, pointers)
     _templates.setdefault(key, prepared.templates)
@@ -137,6 +143,8 @@ def on_device(plan, pointers) -> Prepared:
         raise RuntimeError(f"{symbol} {problem}: CUTLASS's stream-K scheduler asks for (grid, workspace, barrier "
                            f"offset, barrier bytes) {given}, launch.grid computed {computed}: the host's copy of "
                            f"the scheduler is out of date")
+    if computed is not None:
+        _stream_k_confirmed.add((plan.compiled.key, plan.problem.device_id))
     templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
     # landed before any stream's setup reads them (the copy is asynchronous on this stream)
     cupy.cuda.get_current_stream().synchronize()

@@ -3,36 +3,59 @@ per device, stream and size, shared by every twin launch on that stream.
 
 Launches on one stream run one after another, and each zeroes its barriers before it runs
 and writes its partial tiles before it reads them, so they can share one buffer; a launch
-on another stream gets that stream's own (Sm90Plan keys such launches by stream). The size
-is the most any shape of the kernel asks for (sm90_prepare.shared_workspace_bytes), so the
-buffer never has to grow under Params already built around it: a serving loop over new N
-holds one buffer per stream, not one per N (20-33 MB each at the H100's twin shapes).
+on another stream gets that stream's own (Sm90Plan keys such launches by `identity`; a
+graph captures a workspace of its own). The size is the most any shape of the kernel asks
+for (sm90_prepare.shared_workspace_bytes), so the buffer never has to grow under Params
+already built around it: a serving loop over new N holds one buffer per stream, not one
+per N (20-26 MB each at the H100's twin shapes).
 """
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
-MAX_BUFFERS = 16   # (device, stream, size) kept; an evicted one lives on in the launches that hold it
-_buffers: dict[tuple[int, int, int], object] = {}
+# (device, stream, size) kept, least recently used out first; an evicted one lives on in the
+# launches that hold it (Sm90Plan keeps few of those: WORKSPACES_PER_PLAN)
+MAX_BUFFERS = 16
+# cudaStreamPerThread: one handle for every thread's own default stream (CuPy's
+# CUPY_CUDA_PER_THREAD_DEFAULT_STREAM), which run concurrently
+PER_THREAD_STREAM = 2
+_buffers: OrderedDict[tuple, object] = OrderedDict()
 _lock = threading.Lock()
+
+
+def identity(stream) -> tuple[int, int]:
+    """What tells a stream's launches apart from every other stream's: its handle, and the
+    thread where the handle is the per-thread default stream."""
+    return stream.ptr, threading.get_ident() if stream.ptr == PER_THREAD_STREAM else 0
 
 
 def for_stream(device_id: int, stream, nbytes: int):
     """The shared workspace of `nbytes` for launches on `stream` (a CuPy stream) of this device."""
-    key = (device_id, stream.ptr, nbytes)
-    buffer = _buffers.get(key)
-    if buffer is None:
-        import cupy
+    key = (device_id, identity(stream), nbytes)
+    with _lock:
+        buffer = _buffers.get(key)
+        if buffer is not None:
+            _buffers.move_to_end(key)
+            return buffer
+    import cupy
 
-        with cupy.cuda.Device(device_id), stream:   # from the stream's own pool
-            made = cupy.empty(nbytes, dtype=cupy.uint8)
-        with _lock:
-            if len(_buffers) >= MAX_BUFFERS and key not in _buffers:
-                _buffers.pop(next(iter(_buffers)))
-            buffer = _buffers.setdefault(key, made)
+    with cupy.cuda.Device(device_id), stream:   # from the stream's own pool
+        made = cupy.empty(nbytes, dtype=cupy.uint8)
+    with _lock:
+        buffer = _buffers.setdefault(key, made)
+        while len(_buffers) > MAX_BUFFERS:
+            _buffers.popitem(last=False)
     return buffer
 
 
 def is_shared(buffer) -> bool:
     """Whether `buffer` is a stream's shared workspace (launches holding it hold no memory of their own)."""
-    return any(kept is buffer for kept in list(_buffers.values()))
+    with _lock:
+        return any(kept is buffer for kept in _buffers.values())
+
+
+def clear() -> None:
+    """Let go of every shared workspace (launches that hold one keep it until they go)."""
+    with _lock:
+        _buffers.clear()

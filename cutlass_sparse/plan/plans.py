@@ -24,7 +24,7 @@ from ..build.compiler import CompileError
 from ..describe import selection
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Problem
-from ..launch import sm80, sm90_choice
+from ..launch import sm80, sm90_choice, stream_workspaces
 from ..launch.sm80 import Sm80Plan
 from ..launch.sm90 import Sm90Plan
 from . import present, records
@@ -38,11 +38,12 @@ _generation = records.generation
 
 
 def clear() -> None:
-    """Forget every plan, range kernel and resolved sm80 launch (after plans made around
-    stand-in kernels)."""
+    """Forget every plan, range kernel, resolved sm80 launch and shared stream-K workspace
+    (after plans made around stand-in kernels)."""
     with _lock:
         _plans.clear()
         _range_kernels.clear()
+    stream_workspaces.clear()
     sm80.resolve.cache_clear()
     sm80.resolve_reduction.cache_clear()
 
@@ -56,19 +57,28 @@ def recorded_choice(problem: Problem, config: SparseGemmConfig | None):
 
 def range_key(problem: Problem, config: SparseGemmConfig | None, choice) -> tuple:
     """Everything an sm90 kernel choice depends on, with N as its range; and for the
-    catalog's choice, whether this N runs the tile's stream-K twin (where the last wave
-    splits: sm90_choice.tail_twin), so a range holds up to two kernels."""
+    heuristic's or the profiler's choice, whether this N runs the tile's stream-K twin (where
+    the last wave splits: sm90_choice.tail_twin), so a range holds up to two kernels."""
     p = problem
     return (p.m, selection.n_range(p.n), p.k, p.element, p.element_x, p.element_out, p.layout_b, p.layout_d,
             p.epilogue.activation, p.epilogue.scales, p.epilogue.reads_c, p.split_k, p.split_k_mode, p.device_id,
-            p.arch, p.sm_count, config, choice, config is None and choice is None and _runs_twin(p))
+            p.arch, p.sm_count, config, choice, config is None and _runs_twin(p, choice))
 
 
-def _runs_twin(problem: Problem) -> bool:
-    if problem.split_k is not None:
+def _runs_twin(problem: Problem, choice) -> bool:
+    """Whether the heuristic's kernel, or the profiler's choice, is the stream-K twin at this
+    N: resolved as the plan resolves it (at the kernel's N), and only where the range's
+    tile has a twin (a selection costs tens of microseconds; most ranges' tiles have none)."""
+    p = problem
+    if p.split_k is not None or (choice is not None and not choice.twin):
         return False
     try:
-        return sm90_choice.resolve(problem, None)[1].decomposition == "heuristic"
+        if choice is None:
+            tile, _ = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, None, p.element, p.element_out)
+            if not selection.has_tail_twin(tile[0], tile[3], *tile[4:], p.element):
+                return False
+        kernel_problem = p.with_(n=sm90_choice.kernel_n(p))
+        return sm90_choice.resolve(kernel_problem, None, choice)[1].decomposition == "heuristic"
     except ValueError:   # refused: the plan says why
         return False
 
@@ -79,6 +89,18 @@ def shares_kernel(plan: Sm90Plan, problem: Problem) -> bool:
     if (plan.config.threadblock, plan.config.cluster) not in selection.TAIL_TWINS:
         return True
     return range_key(problem, *plan.asked) == range_key(plan.problem, *plan.asked)
+
+
+def at_hand(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Plan | Sm90Plan | None:
+    """get(problem, config) where its kernel is loaded or cached (nothing compiles), else None:
+    for work done ahead of the calls that need it."""
+    try:
+        asked = kernels.first_asked(lambda: make(problem, config, recorded_choice(problem, config)))
+    except ValueError:   # refused: the call itself says why
+        return None
+    if asked is not None and not (kernels.loaded(*asked) or kernels.cached(*asked)):
+        return None
+    return get(problem, config)
 
 
 def make(problem: Problem, config: SparseGemmConfig | None = None, choice=None) -> Sm80Plan | Sm90Plan:

@@ -118,7 +118,8 @@ def candidates(family: str, k: int, element: str = "f16", element_out: str | Non
         else:
             splits = [(1, "serial")]
         swizzles = SWIZZLES_SM90 if family == "sm90" else (None,)
-        twins = (False, True) if family == "sm90" and selection.has_tail_twin(tile[0], tile[3], *tile[4:], element) else (False,)
+        has_twin = family == "sm90" and selection.has_tail_twin(tile[0], tile[3], *tile[4:], element)
+        twins = (False, True) if has_twin else (False,)
         out += [Choice(family, tile, s, mode, None if z == fam.swizzle else z, twin)
                 for s, mode in splits for z in swizzles for twin in twins]
     return out

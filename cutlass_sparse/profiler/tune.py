@@ -24,7 +24,7 @@ from ..build import warmup
 from ..describe import catalog, dtypes, selection
 from ..describe.helper_kernels import ReductionConfig
 from ..describe.problem import Epilogue, Operand, Problem, Split
-from ..launch import grid, sm90_choice
+from ..launch import sm90_choice
 from ..plan import plans
 from ..plan.records import Choice, Signature, candidates, put_record, record_of
 
@@ -99,11 +99,11 @@ def profiled_choices(problem: Problem) -> list[Choice]:
 
 
 def _splits_tail(problem: Problem, choice: Choice) -> bool:
-    """Whether a twin choice's scheduler splits this problem's last wave: where it does not,
-    the twin runs data-parallel, the persistent kernel's work at a stream-K scheduler's cost."""
+    """Whether a twin choice's scheduler splits this problem's last wave (sm90_choice.splits_tail):
+    where it does not, the twin runs data-parallel (the persistent kernel's work at a stream-K
+    scheduler's cost), and a record of it runs the persistent kernel."""
     p, default = problem, catalog.load(catalog.for_element(problem.family, problem.element)).swizzle
-    return grid.stream_k_tiles(p.m, p.n, p.k, choice.tile[0], choice.tile[3][:2], p.sm_count,
-                               choice.swizzle or default)[2] > 0
+    return sm90_choice.splits_tail(p, choice.tile[0], choice.tile[3], choice.swizzle or default)[0]
 
 
 def _plan(problem: Problem, choice: Choice) -> tuple:
