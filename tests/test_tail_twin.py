@@ -201,9 +201,14 @@ def test_threads_on_the_per_thread_default_stream_get_workspaces_of_their_own():
 
     seen = []
     for ptr in (stream_workspaces.PER_THREAD_STREAM, 0x1234):
-        stream = SimpleNamespace(ptr=ptr)
-        threads = [threading.Thread(target=lambda s=stream: seen.append(stream_workspaces.identity(s)))
-                   for _ in range(2)]
+        stream, both = SimpleNamespace(ptr=ptr), threading.Barrier(2)   # alive at once: idents differ
+
+        def ask(s=stream, both=both):
+            both.wait()
+            seen.append(stream_workspaces.identity(s))
+            both.wait()
+
+        threads = [threading.Thread(target=ask) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
