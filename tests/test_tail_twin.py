@@ -169,16 +169,17 @@ def test_the_streams_shared_workspace_holds_every_twin_shapes():
     assert len(checked) > 20
 
 
-def test_a_range_without_a_twin_tile_costs_no_selection(monkeypatch):
-    # range_key runs for every new N: only ranges whose tile has a twin resolve the kernel
+def test_range_key_resolves_no_kernel_for_the_heuristic(monkeypatch):
+    # range_key runs for every new N: it answers the heuristic's twin question without
+    # building a configuration (sm90_choice.runs_tail_twin)
     def refuse(*args, **kwargs):
         raise AssertionError("resolved")
 
+    keys = {}
     monkeypatch.setattr(sm90_choice, "resolve", refuse)
-    for m, n, k in ((4096, 24, 4096), (4096, 300, 4096), (14336, 512, 4096), (6144, 1024, 4096)):
-        plans.range_key(_problem(m, n, k), None, None)
-    with pytest.raises(AssertionError, match="resolved"):
-        plans.range_key(_problem(4608, 2048, 8192), None, None)
+    for m, n, k in ((4096, 24, 4096), (4096, 300, 4096), (14336, 512, 4096), (4608, 1792, 8192), (4608, 2048, 8192)):
+        keys[n] = plans.range_key(_problem(m, n, k), None, None)
+    assert keys[1792][-1] is False and keys[2048][-1] is True
 
 
 def test_a_recorded_twin_runs_the_persistent_kernel_where_the_last_wave_does_not_split():
@@ -216,3 +217,23 @@ def test_threads_on_the_per_thread_default_stream_get_workspaces_of_their_own():
     ptds, plain = seen[:2], seen[2:]
     assert ptds[0] != ptds[1]          # one handle, two concurrent streams
     assert plain[0] == plain[1]        # one stream: its launches run in turn
+
+
+def test_range_keys_quick_answer_is_resolves():
+    # plans.range_key asks sm90_choice.runs_tail_twin at every new N instead of resolving the
+    # kernel: both must agree everywhere (sizes, both types, x and D layouts, N not in whole rows)
+    import random
+
+    rng = random.Random(5)
+    checked = twins = 0
+    for _ in range(3000):
+        m, n, k = rng.randrange(128, 24000), rng.randrange(1, 9000), rng.choice((1024, 4096, 8192, 14336, 28672))
+        dtype, layout = rng.choice(("f16", "bf16")), rng.choice(("row", "col"))
+        out = rng.choice((None, "col")) if layout == "col" else None
+        problem = _problem(m, n, k, dtype, layout_b=layout, out_layout=out)
+        problem = problem.with_(n=sm90_choice.kernel_n(problem))
+        assert sm90_choice.runs_tail_twin(problem) == (sm90_choice.resolve(problem, None)[1].decomposition ==
+                                                       "heuristic"), problem
+        checked += 1
+        twins += sm90_choice.runs_tail_twin(problem)
+    assert checked == 3000 and twins > 30

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..describe import catalog, dtypes, selection
 from ..describe.arith import cdiv, round_up
@@ -84,14 +85,36 @@ def tail_twin(problem: Problem, config: SparseGemmConfig) -> SparseGemmConfig | 
     CUTLASS's stream-K scheduler splits this problem's part-empty last wave (a full wave or
     more before it: fewer tiles than SMs were not measured) and selection.tail_split_gain
     predicts the twin at least TAIL_GAIN faster; else None. 16-bit inputs only (measured)."""
-    p = problem
     if not selection.has_tail_twin(config.threadblock, config.cluster, config.schedule, config.tile_scheduler,
                                    config.element):
         return None
-    split, waves = splits_tail(p, config.threadblock, config.cluster, config.swizzle, config.raster)
-    if not split or selection.tail_split_gain(waves, p.k) < selection.TAIL_GAIN:
-        return None
-    return twin_of(config)
+    return twin_of(config) if _twin_gains(problem, config.threadblock, config.cluster, config.swizzle,
+                                          config.raster) else None
+
+
+class _Tile(NamedTuple):
+    """A tile where run_swizzle and run_raster ask for a kernel (they read these two)."""
+
+    threadblock: tuple
+    cluster: tuple
+
+
+def runs_tail_twin(problem: Problem) -> bool:
+    """Whether the heuristic's kernel for this problem (at the kernel's N: kernel_n) is the
+    stream-K twin: resolve's decision without building a configuration, which costs tens of
+    microseconds (plans.range_key asks at every new N)."""
+    p = problem
+    tile, _ = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, None, p.element, p.element_out)
+    if not selection.has_tail_twin(tile[0], tile[3], tile[4], tile[5], p.element):
+        return False
+    shape = _Tile(tile[0], tile[3])
+    swizzle = run_swizzle(p, shape)
+    return _twin_gains(p, tile[0], tile[3], swizzle, run_raster(p, shape, swizzle))
+
+
+def _twin_gains(problem: Problem, threadblock, cluster, swizzle: int, raster: int) -> bool:
+    split, waves = splits_tail(problem, threadblock, cluster, swizzle, raster)
+    return split and selection.tail_split_gain(waves, problem.k) >= selection.TAIL_GAIN
 
 
 def splits_tail(problem: Problem, threadblock, cluster, swizzle: int, raster: int = 0) -> tuple[bool, float]:

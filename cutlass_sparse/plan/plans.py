@@ -67,17 +67,14 @@ def range_key(problem: Problem, config: SparseGemmConfig | None, choice) -> tupl
 
 def _runs_twin(problem: Problem, choice) -> bool:
     """Whether the heuristic's kernel, or the profiler's choice, is the stream-K twin at this
-    N: resolved as the plan resolves it (at the kernel's N), and only where the range's
-    tile has a twin (a selection costs tens of microseconds; most ranges' tiles have none)."""
+    N, decided at the kernel's N as the plan decides it."""
     p = problem
     if p.split_k is not None or (choice is not None and not choice.twin):
         return False
+    kernel_problem = p.with_(n=sm90_choice.kernel_n(p))
     try:
         if choice is None:
-            tile, _ = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, None, p.element, p.element_out)
-            if not selection.has_tail_twin(tile[0], tile[3], *tile[4:], p.element):
-                return False
-        kernel_problem = p.with_(n=sm90_choice.kernel_n(p))
+            return sm90_choice.runs_tail_twin(kernel_problem)
         return sm90_choice.resolve(kernel_problem, None, choice)[1].decomposition == "heuristic"
     except ValueError:   # refused: the plan says why
         return False
