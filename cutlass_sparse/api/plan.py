@@ -224,7 +224,7 @@ class Plan:
             return again.fire()
         key = (x_ptr, out_ptr, stream_workspaces.identity(stream))   # a tail twin's launch takes its stream's workspace
         ready = self._readies.get(key)
-        if ready is None or (ready.workspace is not None and self.family_plan.shares_in_capture(ready, stream)):
+        if ready is None or stream_workspaces.held_in_capture(ready.workspace, stream):
             # new pointers: the family plan builds (or finds) their Params; or a capture of a
             # launch on its stream's shared workspace: one of the graph's own
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr

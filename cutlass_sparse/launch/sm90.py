@@ -184,7 +184,7 @@ class Sm90Plan:
             stream = stream or cupy.cuda.get_current_stream()
         key = self.ready_key(sw, pointers, stream, workspace, scales)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
-        if ready is not None and not self.shares_in_capture(ready, stream):
+        if ready is not None and not stream_workspaces.held_in_capture(ready.workspace, stream):
             return ready if ready.by_value else self.by_value(ready, key, scales, stream)
         ready = self._from_host(key[:5], scales, stream) if workspace is None else None
         if ready is None:
@@ -225,12 +225,6 @@ class Sm90Plan:
         return (sw.values.data.ptr, sm90_metadata.for_kernel(sw, self.atom_k, stream).data.ptr, *pointers,
                 0 if workspace is None else workspace.data.ptr, *scales,
                 stream_workspaces.identity(stream) if shared else 0)
-
-    def shares_in_capture(self, ready: Ready, stream) -> bool:
-        """Whether a kept launch holds its stream's shared workspace while `stream` captures a
-        graph: the graph, replayed on any stream, needs a workspace of its own."""
-        return (self._shared_workspace and ready.workspace is not None and stream is not None
-                and graphs.capturing(stream.ptr) and stream_workspaces.is_shared(ready.workspace))
 
     def launch_direct(self, sw, x_ptr: int, d_ptr: int, stream=None, scales=NO_VECTORS) -> None:
         """A direct plan's launch from pointers alone (C is D; nothing staged), on `stream`
@@ -379,7 +373,8 @@ class Sm90Plan:
         prepared = self._prepared(pointers)
         if prepared.workspace_bytes:
             if workspace is None:
-                workspace = self._own_workspace(prepared.workspace_bytes, stream)
+                workspace = stream_workspaces.for_launch(self.problem.device_id, stream, prepared.workspace_bytes,
+                                                         self._shared_workspace)
             elif workspace.nbytes < prepared.workspace_bytes or workspace.data.ptr % 128:
                 raise ValueError(f"workspace holds {workspace.nbytes} bytes at {workspace.data.ptr:#x}; this call "
                                  f"needs {prepared.workspace_bytes} bytes, 128-byte aligned (cs.workspace_size)")
@@ -398,14 +393,6 @@ class Sm90Plan:
         arguments = pdl.kernel_params(placeholder, from_device)
         return Ready(ctypes.addressof(arguments), prepared.grid, (arguments, placeholder, from_device), False,
                      workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured, stream.ptr)
-
-    def _own_workspace(self, nbytes: int, stream):
-        """The workspace of a launch the caller gave none: a tail twin's stream's shared one
-        (stream_workspaces); else, and under capture, a new one from the launching stream's
-        pool (freed, it is reused in that stream's order) or the graph's."""
-        if nbytes <= self._shared_workspace and not graphs.capturing(stream.ptr):
-            return stream_workspaces.for_stream(self.problem.device_id, stream, self._shared_workspace)
-        return graphs.empty(nbytes, stream)
 
     def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from . import graphs
+
 # (device, stream, size) kept, least recently used out first; an evicted one lives on in the
 # launches that hold it (Sm90Plan keeps few of those: WORKSPACES_PER_PLAN)
 MAX_BUFFERS = 16
@@ -47,6 +49,23 @@ def for_stream(device_id: int, stream, nbytes: int):
         while len(_buffers) > MAX_BUFFERS:
             _buffers.popitem(last=False)
     return buffer
+
+
+def for_launch(device_id: int, stream, nbytes: int, shared_bytes: int):
+    """The workspace of a launch the caller gave none: its stream's shared one of
+    `shared_bytes` (a tail twin's; 0: none) where that holds `nbytes`; else, and under
+    capture, a new one from the launching stream's pool (freed, it is reused in that
+    stream's order) or the graph's."""
+    if nbytes <= shared_bytes and not graphs.capturing(stream.ptr):
+        return for_stream(device_id, stream, shared_bytes)
+    return graphs.empty(nbytes, stream)
+
+
+def held_in_capture(workspace, stream) -> bool:
+    """Whether a kept launch's workspace is its stream's shared one while `stream` captures a
+    graph: the graph, replayed on any stream, needs a workspace of its own."""
+    return (workspace is not None and stream is not None and graphs.capturing(stream.ptr)
+            and is_shared(workspace))
 
 
 def is_shared(buffer) -> bool:
