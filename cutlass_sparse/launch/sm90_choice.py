@@ -31,6 +31,10 @@ class Scheduling:
         return cls("split_k", splits) if splits > 1 else cls()
 
 
+# The tail twin's scheduling (tail_twin): CUTLASS's heuristic decomposition, K unsplit
+TAIL_TWIN = Scheduling("heuristic")
+
+
 @functools.lru_cache(maxsize=4096)
 def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> tuple[SparseGemmConfig, Scheduling]:
     """The sm90 kernel and K decomposition for a problem (the caller's config, the
@@ -49,14 +53,14 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
         # the profiler's choice of the stream-K twin, where this shape's last wave splits (its
         # record serves other shapes too)
         if choice.twin and splits_tail(p, config.threadblock, config.cluster, config.swizzle, config.raster)[0]:
-            return _fitted(p, twin_of(config), given), Scheduling("heuristic")
+            return _fitted(p, twin_of(config), given), TAIL_TWIN
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
         config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
         config = run_order(p, config)
         twin = tail_twin(p, config) if p.split_k is None else None
         if twin is not None:
-            return _fitted(p, twin, given), Scheduling("heuristic")
+            return _fitted(p, twin, given), TAIL_TWIN
     else:
         check_config_fits(config, p.element, p.element_out, p.layout_b, alignment_b, alignment_c)
         if config.b_element != p.x_element:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..emit.sm90 import INFO_FIELDS, SETUP_SCALED, setup_layout
 from . import grid, sm90_params, tma
+from .sm90_choice import TAIL_TWIN
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def host_stream_k(plan) -> tuple | None:
     heuristic decomposition without a K split (the tail twin), computed here; None for any
     other scheduling (read back from the setup). The workspace holds the epilogue's (none:
     no fusion of ours asks for one), the partials, then the barriers."""
-    if not runs_tail_twin(plan):
+    if plan.scheduling != TAIL_TWIN:
         return None
     k, config = plan.kernel_problem, plan.config
     tiles, per_wave, split = grid.stream_k_tiles(k.m, k.n, k.k, config.threadblock, config.cluster[:2], k.sm_count,
@@ -79,20 +80,13 @@ def host_stream_k(plan) -> tuple | None:
     return (launch, partials + barriers, partials, barriers) if split else (launch, 0, 0, 0)
 
 
-def runs_tail_twin(plan) -> bool:
-    """Whether the plan runs a stream-K kernel in the heuristic decomposition without a K
-    split: the tail twin (sm90_choice)."""
-    return plan.config.tile_scheduler == "streamk" and (plan.scheduling.decomposition, plan.scheduling.splits) == (
-        "heuristic", 1)
-
-
 def shared_workspace_bytes(plan) -> int:
     """For a stream-K kernel in the heuristic decomposition (the tail twin): the most
     workspace it asks for at any shape, what the launches of a stream share
     (stream_workspaces); 0 for other plans. CUTLASS splits fewer tiles than a wave and a
     half: the last full wave and a tail under half a wave, or every tile where there are
     fewer than that (its split-K variant, under one wave, asks for no more)."""
-    if not runs_tail_twin(plan):
+    if plan.scheduling != TAIL_TWIN:
         return 0
     k, config = plan.kernel_problem, plan.config
     per_wave = grid.ctas_per_wave(k.m, k.n, config.threadblock, config.cluster[:2], k.sm_count)

@@ -75,7 +75,7 @@ def _runs_twin(problem: Problem, choice) -> bool:
     try:
         if choice is None:
             return sm90_choice.runs_tail_twin(kernel_problem)
-        return sm90_choice.resolve(kernel_problem, None, choice)[1].decomposition == "heuristic"
+        return sm90_choice.resolve(kernel_problem, None, choice)[1] == sm90_choice.TAIL_TWIN
     except ValueError:   # refused: the plan says why
         return False
 
