@@ -7,6 +7,9 @@ calls queued back to back (host included), the four taking turns; every result c
 Then a loop over new N of one twin range (a serving loop's new token counts) with the GPU
 kept busy: host time per call, and how many calls waited for the GPU (a twin's new shape is
 prepared on the host, no synchronizing setup).
+--new-n-only: just the new-N loops, each beside the same loop of dense torch.mm (the same
+torch allocations: a new output size each call), and with --profile the library's loop once
+more under cProfile (own time, top 25).
 Run from the repository root: python scripts/device/eager_tail_twin.py [--rows f16:4608x2048x8192,...]"""
 import argparse
 import statistics
@@ -35,8 +38,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=ROWS)
     parser.add_argument("--rounds", type=int, default=3, help="turns of the four contestants")
+    parser.add_argument("--new-n-only", action="store_true", help="only the new-N loops (and dense's)")
+    parser.add_argument("--profile", action="store_true", help="the library's new-N loops under cProfile too")
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.new_n_only:
+        for kernel, ns in NEW_N.items():
+            for call in ("dense", "library", "dense", "library"):
+                new_n_loop(torch, cs, spin, relative_error, kernel, list(ns), dense=call == "dense")
+            if args.profile:
+                new_n_loop(torch, cs, spin, relative_error, kernel, list(ns), profile=True)
+        return
     print(f"{'row':24} {'twin ms':>8} {'pers. ms':>8} {'dense ms':>8} {'cslt ms':>8}  twin/pers twin/dense "
           f"twin/cslt  kernel, errors")
     for dtype, (m, n, k) in parse_rows(args.rows):
@@ -71,38 +83,51 @@ def main():
         new_n_loop(torch, cs, spin, relative_error, kernel, list(ns))
 
 
-def new_n_loop(torch, cs, spin, relative_error, kernel, ns):
-    """New N of one range, the GPU kept busy: a call that synchronizes shows as a wait."""
+def new_n_loop(torch, cs, spin, relative_error, kernel, ns, dense=False, profile=False):
+    """New N of one range, the GPU kept busy: a call that synchronizes shows as a wait.
+    dense: torch.mm on the same operands instead (what the allocator and a launch cost alone)."""
     m, k = 4608, 8192
     w = cs.prune_2to4(torch.randn(m, k, device="cuda", dtype=torch.float16))
     sw = cs.compress(w)
     xs = {n: torch.randn(k, n, device="cuda", dtype=torch.float16) for n in ns}
-    cs.matmul(sw, xs[ns[0]])     # the range's first call (its kernel's first setup reads back)
+    matmul = (lambda sw, x, info=None: torch.mm(w, x)) if dense else cs.matmul
+    matmul(sw, xs[ns[0]])     # the range's first call (its kernel's first setup reads back)
     for n in ns:                  # each output size once for torch's allocator, as a serving loop has
         torch.empty((m, n), device="cuda", dtype=torch.float16)
     torch.cuda.synchronize()
     busy = torch.cuda.Event()
     times, waits, twins, results = [], 0, 0, {}
+    profiler = None
+    if profile:
+        import cProfile
+        profiler = cProfile.Profile()
     for i, n in enumerate(ns[1:]):
         if busy.query():
             spin(torch, 20)
             busy.record()
         info = {} if i % 8 == 0 else None   # a few calls report and are checked
+        if profiler:
+            profiler.enable()
         start = time.perf_counter()
-        y = cs.matmul(sw, xs[n], info=info)
+        y = matmul(sw, xs[n], info=info)
         took = time.perf_counter() - start
+        if profiler:
+            profiler.disable()
         waits += took > 5e-3
         times.append(took * 1e6)
         if info is not None:
-            twins += "_streamk" in info["config"]
+            twins += "_streamk" in info.get("config", "")
             results[n] = y
     torch.cuda.synchronize()
     worst = max(relative_error(y, w.float() @ xs[n].float()) for n, y in results.items())
-    print(f"new N loop ({kernel}), M {m} K {k}, N {ns[1]}..{ns[-1]} step 8: {len(times)} calls, host median "
+    print(f"new N loop ({kernel}{', dense torch.mm' if dense else ''}{', cProfile' if profile else ''}), M {m} K {k}, N {ns[1]}..{ns[-1]} step 8: {len(times)} calls, host median "
           f"{statistics.median(times):.1f} us, max {max(times):.1f} us, {waits} waited for the GPU; "
           f"checked {sorted(results)} ({twins} ran the twin), memory held {torch.cuda.memory_allocated() >> 20} MiB "
           f"(torch) + {cupy_held() >> 20} MiB (CuPy's pool), worst error {worst:.1e} "
           f"{'ok' if worst < 2e-2 else 'FAIL'}", flush=True)
+    if profiler:
+        import pstats
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 def cupy_held() -> int:
