@@ -10,13 +10,13 @@ WORDS = 24
 
 
 def fake_setup(layout):
-    """A setup that writes each pointer i into word layout[i] (None: not at all), beside
-    words that do not depend on the pointers."""
+    """A setup that writes each pointer i into word layout[i] (None: not at all; a tuple:
+    each of those words), beside words that do not depend on the pointers."""
     def run_setup(pointers):
         words = [7 * w + 1 for w in range(WORDS)]
         for i, word in enumerate(layout):
-            if word is not None:
-                words[word] = pointers[i]
+            for w in () if word is None else word if isinstance(word, tuple) else (word,):
+                words[w] = pointers[i]
         return struct.pack(f"<{WORDS}Q", *words)
     return run_setup
 
@@ -24,7 +24,7 @@ def fake_setup(layout):
 def test_each_pointer_is_found_in_its_word():
     layout = (8, 4, 11, None, 20)
     offsets = sm90_params.find_pointer_map(fake_setup(layout), 5, 0x7F0000000000)
-    assert offsets == (64, 32, 88, None, 160)
+    assert offsets == ((64,), (32,), (88,), (), (160,))
 
 
 def test_a_pointer_stored_any_other_way_gives_no_map():
@@ -35,12 +35,27 @@ def test_a_pointer_stored_any_other_way_gives_no_map():
 
     assert sm90_params.find_pointer_map(shifted, 2, 0x7F0000000000) is None
 
-    def spread(pointers):    # pointer 0 in two words
+    def offset(pointers):    # pointer 0 stored with an offset: moves with it, but patching would lose the offset
         words = [0] * WORDS
-        words[2] = words[3] = pointers[0]
+        words[2] = pointers[0] + 256
         return struct.pack(f"<{WORDS}Q", *words)
 
-    assert sm90_params.find_pointer_map(spread, 1, 0x7F0000000000) is None
+    assert sm90_params.find_pointer_map(offset, 1, 0x7F0000000000) is None
+    assert "pointer 0" in sm90_params.failures[1]
+
+
+def test_a_pointer_in_two_words_is_found_in_both():
+    """A stream-K kernel's Params hold its workspace twice (GemmUniversal's own and its
+    scheduler's reduction workspace): both words are the pointer's, both get patched."""
+    layout = (8, 4, 11, None, 20, None, None, None, (3, 17))
+    run_setup = fake_setup(layout)
+    offsets = sm90_params.find_pointer_map(run_setup, sm90_params.WORKSPACE + 1, 0x7F0000000000)
+    assert offsets[sm90_params.WORKSPACE] == (24, 136) and offsets[:5] == ((64,), (32,), (88,), (), (160,))
+    host = sm90_params.HostParams(run_setup((0x1000,) * 9), offsets)
+    new = (0x10, 0x20, 0x30, 0x40, 0x50, 0, 0, 0, 0x7F00AB000000)
+    address, _ = host.record(new)
+    params = ctypes.c_void_p.from_address(address).value
+    assert ctypes.string_at(params, WORDS * 8) == run_setup(new)
 
 
 def test_patched_copy_equals_a_setup_with_those_pointers():
@@ -99,7 +114,8 @@ def stale_setup(layout, stale_word):
 
 def test_stack_leftovers_in_padding_do_not_refuse_the_map():
     layout = (8, 4, 11, 13, 20)
-    assert sm90_params.find_pointer_map(stale_setup(layout, 2), 5, 0x7F0000000000) == (64, 32, 88, 104, 160)
+    assert sm90_params.find_pointer_map(stale_setup(layout, 2), 5, 0x7F0000000000) == (
+        (64,), (32,), (88,), (104,), (160,))
 
 
 def test_a_second_use_of_a_pointer_is_refused_even_among_leftovers():
@@ -128,7 +144,7 @@ def test_a_host_record_holds_its_own_kernel_params():
     """HostParams.record: Params, a null from_device and the kernelParams array of their
     two addresses, in one buffer of its own."""
     arrived = bytes(range(100))
-    host = sm90_params.HostParams(arrived, (8, None, None, None, None))
+    host = sm90_params.HostParams(arrived, ((8,), (), (), (), ()))
     address, record = host.record((0x1111, 0, 0, 0, 0))
     params, from_device = (ctypes.c_void_p * 2).from_address(address)
     assert params == ctypes.addressof(record) and params <= from_device < address < params + ctypes.sizeof(record)

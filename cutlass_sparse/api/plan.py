@@ -10,8 +10,8 @@ whole tiles (three pointers written into a copy of the argument block), and sm90
 kernel's Params, built by its setup entry once per (x, out) pair, kept by the plan). No
 allocation when `out` is given, no synchronization, so it can be captured in a CUDA
 graph (on sm90, after one call with the same x and out, or the setup launch is captured
-too; a stream-K tail twin's always is, with a workspace of the graph's own, since its
-eager launches share their stream's). Other cases (sm80 split-K, padded M or K) run cs.matmul with the plan's options:
+too; a stream-K tail twin's launch is always made anew in a capture, with a workspace of
+the graph's own, since its eager launches share their stream's). Other cases (sm80 split-K, padded M or K) run cs.matmul with the plan's options:
 the same result and kernel choice, more host time. A plan multiplies by the weight's
 arrays as they are when it is made: a later `sw.values = ...` on the caller's matrix
 reaches neither its direct launches (their Params hold the pointers) nor the others.
@@ -233,7 +233,7 @@ class Plan:
                 if len(self._readies) >= 64:
                     self._readies.clear()
                 self._readies[key] = ready
-        elif not ready.by_value and ready.workspace is None:   # by value once its Params' copy has arrived
+        elif not ready.by_value:   # by value once its Params' copy has arrived (the family plan decides)
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
             family = self.family_plan
             ready = self._readies[key] = family.by_value(ready, family.ready_key(self.sw, (x_ptr, c_ptr, out_ptr),

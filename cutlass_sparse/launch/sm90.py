@@ -189,8 +189,8 @@ class Sm90Plan:
         ready = self._from_host(key[:5], scales, stream) if workspace is None else None
         if ready is None:
             ready = self._build(key[:5], workspace, stream, scales)
-            if ready.captured:   # not for later calls: an eager one before the first replay would read nothing
-                return ready
+        if ready.captured:   # not for later calls: Params or a workspace that belong to the graph
+            return ready
         # launches holding a workspace the library allocated for them alone (split_k's)
         own = workspace is None and ready.workspace is not None and not stream_workspaces.is_shared(ready.workspace)
         kept = WORKSPACES_PER_PLAN if own else PARAMS_PER_PLAN
@@ -204,8 +204,9 @@ class Sm90Plan:
         """`ready` (a launch of this plan whose Params the setup wrote on the device), or the
         launch with Params by value that replaces it once their host copy has arrived; never
         a new setup. key: ready()'s key of its pointers (a, e, b, c, d, workspace, ...).
-        Stream-K launches (a workspace) and Params built during a capture stay as they are."""
-        if ready.by_value or ready.workspace is not None:
+        Stream-K launches other than the tail twin's (a workspace of the caller's or their
+        own) and Params built during a capture stay as they are."""
+        if ready.by_value or (ready.workspace is not None and not self._shared_workspace):
             return ready
         by_value = self._from_host(key[:5], scales, stream)
         if by_value is None:
@@ -332,7 +333,9 @@ class Sm90Plan:
 
     def _from_host(self, pointers, scales, stream) -> Ready | None:
         """A launch whose Params are a host copy patched with these pointers, passed by
-        value, where such a copy has arrived; else None."""
+        value, where such a copy has arrived; else None. The tail twin's also patches in its
+        stream's shared workspace (a graph being captured gets one of its own, and the
+        launch is not kept)."""
         nulls = self._nulls(pointers, scales)
         host = self._host_params.get(nulls)
         if host is None:
@@ -342,8 +345,20 @@ class Sm90Plan:
             if params_bytes is None:
                 return None
             host = self._host_params[nulls] = sm90_params.HostParams(params_bytes, offsets)   # kept by the plan
-        address, record = host.record(pointers + tuple(scales))
-        return Ready(address, self._prepared(pointers).grid, (record,))
+        prepared = self._prepared(pointers)
+        if not prepared.workspace_bytes:   # (a stream-K map's workspace words: null, as the kernel reads none)
+            address, record = host.record(pointers + tuple(scales) + (0,))
+            return Ready(address, prepared.grid, (record,))
+        if not self._shared_workspace:   # a caller's or a launch's own workspace: the setup's Params
+            return None
+        import cupy
+
+        stream = stream or cupy.cuda.get_current_stream()
+        workspace = stream_workspaces.for_launch(self.problem.device_id, stream, prepared.workspace_bytes,
+                                                 self._shared_workspace)
+        address, record = host.record(pointers + tuple(scales) + (workspace.data.ptr,))
+        return Ready(address, prepared.grid, (record,), True, workspace,
+                     (prepared.barrier_offset, prepared.barrier_bytes), None, graphs.capturing(stream.ptr), stream.ptr)
 
     def _setup_block(self) -> bytearray:
         return sm90_setup.block(self)
@@ -384,7 +399,8 @@ class Sm90Plan:
         self._write_params(pointers, params.data.ptr, workspace, stream, scales)
         # the setup reads the templates; True where the stream captures
         captured = graphs.hold(stream.ptr, prepared.templates)
-        if workspace is None and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
+        if (workspace is None or self._shared_workspace) and sm90_params.pointer_maps.get(
+                (self.compiled.key, self.problem.device_id)):
             sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
         placeholder = self._placeholder
         if placeholder is None:   # the by-value argument the GEMM ignores when given a buffer

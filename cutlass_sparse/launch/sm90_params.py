@@ -1,8 +1,9 @@
 """Host copies of sm90 Params, so a call with new pointers (or a new N) launches no setup.
 
-A kernel's Params depend on the operands' addresses through one 8-byte word each: the
+A kernel's Params depend on the operands' addresses through 8-byte words that hold the
 pointer itself, or the first word of a TMA descriptor, where the driver keeps the plain
-global address (scripts/device/probe_params.py, docs/probe_params_h100.log). Those words
+global address (scripts/device/probe_params.py, docs/probe_params_h100.log); a stream-K
+kernel's workspace sits in two (GemmUniversal's own and its scheduler's). Those words
 are found once per kernel and device (pointer_map, from setups with moved pointers, at
 the kernel's first setup, which synchronizes anyway). After that:
 
@@ -30,17 +31,19 @@ from . import graphs, torch_memory
 # (0: absent; a scale then reads as 1, the bias as 0).
 NO_VECTORS = (0, 0, 0)
 # The pointer vector: a, e, b, c, d as the setup block has them, then a scaled kernel's
-# vectors.
+# vectors, then a stream-K kernel's workspace.
 POINTERS = 5 + len(NO_VECTORS)
+WORKSPACE = POINTERS   # the workspace's index in the vector
 _DELTAS = (16, 1 << 20)
 _SPACING = 4 << 20        # between the stand-in pointers of the mapping setups
 _WORD = struct.Struct("<Q")
 MAX_TEMPLATES = 16384    # about 1.5 KB each; the oldest go first
 _SLOT = 256              # build_ahead's Params slots: TMA descriptors want 64-byte alignment
 
-# (kernel key, device) -> offsets of each pointer's word in Params (None: not in Params),
-# or None where some pointer is not one plain word (then no host Params for that kernel).
-pointer_maps: dict[tuple[str, int], tuple[int | None, ...] | None] = {}
+# (kernel key, device) -> the byte offsets of each pointer's words in Params (empty: not in
+# Params), or None where some pointer is not stored as itself (then no host Params for that
+# kernel).
+pointer_maps: dict[tuple[str, int], tuple[tuple[int, ...], ...] | None] = {}
 failures: dict[int, str] = {}   # the last reason a map could not be made (for tests and probes)
 _templates: OrderedDict[tuple, "Template"] = OrderedDict()
 _lock = threading.Lock()
@@ -49,17 +52,19 @@ _lock = threading.Lock()
 ROUNDS = 3   # each mapping setup runs this many times, in a different order each round
 
 
-def find_pointer_map(run_setup, count: int, base: int) -> tuple[int | None, ...] | None:
-    """Where each of `count` pointers sits in Params. run_setup(pointers) -> Params as
-    bytes (synchronizes); base: a device address with count * 4 MiB free after it.
+def find_pointer_map(run_setup, count: int, base: int) -> tuple[tuple[int, ...], ...] | None:
+    """Where each of `count` pointers sits in Params: the byte offsets of its words.
+    run_setup(pointers) -> Params as bytes (synchronizes); base: the first stand-in
+    address (the setup stores the stand-ins, never dereferences them).
 
     The setup copies Params whole, padding included, and padding holds what the stack
     held before: it depends on the kernels that ran earlier in the process (a kernel
     mapped alone on the H100 was refused in the full test suite). So every configuration
     (the base pointers, and each pointer moved by each delta) runs ROUNDS times, in a
     different order each round; a word that differs among one configuration's runs is
-    such a leftover and left out. A word that changes the same way every time is the
-    pointer's own, or a second use of it: then there is no map (the kernel keeps its
+    such a leftover and left out. A word that changes the same way every time is one of
+    the pointer's: it must hold the pointer itself (patching writes the pointer there),
+    not an address derived from it; otherwise there is no map (the kernel keeps its
     setup launch)."""
     pointers = tuple(base + _SPACING * i for i in range(count))
     configs = [(None, 0)] + [(i, delta) for i in range(count) for delta in _DELTAS]
@@ -74,21 +79,22 @@ def find_pointer_map(run_setup, count: int, base: int) -> tuple[int | None, ...]
         for other in seen[1:]:
             noisy |= other != seen[0]
     reference = runs[(None, 0)][0]
-    offsets: list[int | None] = []
+    offsets: list[tuple[int, ...]] = []
     for i in range(count):
         found = set()
         for delta in _DELTAS:
             moved = runs[(i, delta)][0]
-            changed = np.nonzero((moved != reference) & ~noisy)[0]
-            if len(changed) > 1 or (len(changed) == 1 and int(moved[changed[0]]) - int(reference[changed[0]]) != delta):
-                failures[count] = f"pointer {i} moved by {delta:#x} changed words {[8 * int(w) for w in changed]}"
+            changed = [int(w) for w in np.nonzero((moved != reference) & ~noisy)[0]]
+            if any(int(moved[w]) - int(reference[w]) != delta or int(reference[w]) != pointers[i] for w in changed):
+                failures[count] = (f"pointer {i} moved by {delta:#x} changed words {[8 * w for w in changed]}, "
+                                   f"not all of them holding the pointer itself")
                 return None
-            found.add(int(changed[0]) * 8 if len(changed) else None)
+            found.add(tuple(8 * w for w in changed))
         if len(found) != 1:
-            failures[count] = f"pointer {i} was found in different words for different moves: {sorted(map(str, found))}"
+            failures[count] = f"pointer {i} was found in different words for different moves: {sorted(found)}"
             return None
         offsets.append(found.pop())
-    placed = [o for o in offsets if o is not None]
+    placed = [offset for words in offsets for offset in words]
     return tuple(offsets) if len(placed) == len(set(placed)) else None
 
 
@@ -187,7 +193,7 @@ class HostParams:
 
     __slots__ = ("_layout", "_block")
 
-    def __init__(self, params_bytes: bytes, offsets: tuple[int | None, ...]):
+    def __init__(self, params_bytes: bytes, offsets: tuple[tuple[int, ...], ...]):
         self._layout = layout = _layout(len(params_bytes), offsets)
         self._block = params_bytes + layout.pad
 
@@ -212,43 +218,49 @@ class _Layout:
 
     __slots__ = ("type", "null_at", "argv_at", "pad", "words")
 
-    def __init__(self, size: int, offsets: tuple[int | None, ...]):
+    def __init__(self, size: int, offsets: tuple[tuple[int, ...], ...]):
         self.null_at = -(-size // 8) * 8        # from_device, 8-byte aligned after Params
         self.argv_at = self.null_at + 8
         self.pad = bytes(self.argv_at + _ARGV.size - size)
         self.type = ctypes.c_char * (size + len(self.pad))
-        # (offset, pointer index) of each mapped pointer
-        self.words = tuple((offset, i) for i, offset in enumerate(offsets) if offset is not None)
+        # (offset, pointer index) of each mapped pointer's words
+        self.words = tuple((offset, i) for i, words in enumerate(offsets) for offset in words)
 
 
 _layouts: dict[tuple, _Layout] = {}
 
 
-def _layout(size: int, offsets: tuple[int | None, ...]) -> _Layout:
+def _layout(size: int, offsets: tuple[tuple[int, ...], ...]) -> _Layout:
     found = _layouts.get((size, offsets))
     if found is None:
         found = _layouts[size, offsets] = _Layout(size, offsets)
     return found
 
 
-def map_pointers(plan, templates, scaled: bool) -> tuple[int | None, ...] | None:
+def map_pointers(plan, templates, scaled: bool, stream_k: bool = False) -> tuple[tuple[int, ...], ...] | None:
     """find_pointer_map for an Sm90Plan's kernel, with its setup entry (synchronizes; once
-    per kernel and device)."""
+    per kernel and device). stream_k: the workspace too, which must then be found in Params
+    (a by-value launch whose workspace were not patched in would use the template's)."""
     import cupy
 
-    count = POINTERS if scaled else 5
+    count = WORKSPACE + 1 if stream_k else POINTERS if scaled else 5
     compiled, device_id = plan.compiled, plan.problem.device_id
 
     def run_setup(pointers):
         params = cupy.zeros(compiled.constants["params_bytes"], dtype=cupy.uint8)
         block = plan._setup_arguments(pointers[:5], params.data.ptr, templates.data.ptr,
-                                      scales=pointers[5:] if scaled else NO_VECTORS)
+                                      workspace=pointers[WORKSPACE] if stream_k else 0,
+                                      scales=pointers[5:POINTERS] if scaled else NO_VECTORS)
         plan.loaded.launch(device_id, (1, 1, 1), (block,), symbol=f"{compiled.symbol}_setup", threads=1,
                            shared_bytes=0)
         return params.get().tobytes()
 
     scratch = cupy.empty(256, dtype=cupy.uint8)   # stand-in addresses: the setup never reads them
-    return find_pointer_map(run_setup, count, scratch.data.ptr)
+    found = find_pointer_map(run_setup, count, scratch.data.ptr)
+    if stream_k and found is not None and not found[WORKSPACE]:
+        failures[count] = "the workspace was not found in Params"
+        return None
+    return found
 
 
 def build_ahead(plan, problems) -> dict:

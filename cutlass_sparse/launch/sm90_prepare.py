@@ -3,7 +3,7 @@ grid and the workspace. On the host for a persistent-scheduler kernel, or a stre
 in the heuristic decomposition (the tail twin, sm90_choice), whose templates this device
 has (launch.grid computes CUTLASS's grid and stream-K workspace); else from one setup
 launch, which synchronizes, reads what CUTLASS reports, and maps the kernel's pointers in
-Params (sm90_params) on the way."""
+Params (sm90_params) on the way (the tail twin's workspace among them)."""
 from __future__ import annotations
 
 import threading
@@ -142,7 +142,10 @@ def on_device(plan, pointers) -> Prepared:
     templates = cupy.asarray(tma.templates(recipes.get().tobytes(), info["tma_slots"]))
     # landed before any stream's setup reads them (the copy is asynchronous on this stream)
     cupy.cuda.get_current_stream().synchronize()
-    if plan.config.tile_scheduler != "streamk":
+    # the tail twin's launches patch their stream's workspace into a host copy too
+    # (Sm90Plan._from_host); other stream-K launches keep the setup's Params
+    stream_k = plan.config.tile_scheduler == "streamk"
+    if not stream_k or computed is not None:
         sm90_params.pointer_maps[(plan.compiled.key, plan.problem.device_id)] = sm90_params.map_pointers(
-            plan, templates, setup_layout(plan.config) is SETUP_SCALED)
+            plan, templates, setup_layout(plan.config) is SETUP_SCALED, stream_k)
     return Prepared(templates, reported, info["workspace_bytes"], info["barrier_offset"], info["barrier_bytes"])

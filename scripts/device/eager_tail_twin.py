@@ -7,11 +7,12 @@ calls queued back to back (host included), the four taking turns; every result c
 Then a loop over new N of one twin range (a serving loop's new token counts) with the GPU
 kept busy: host time per call, and how many calls waited for the GPU (a twin's new shape is
 prepared on the host, no synchronizing setup).
---new-n-only: just the new-N loops, each beside the same loop of dense torch.mm (the same
-torch allocations: a new output size each call), and with --profile the library's loop once
-more under cProfile (own time, top 25).
+--new-n-only: just the new-N loops, library then dense torch.mm then both again (the same N:
+the first loop's are new to the process, the second's known), and with --profile the
+process's first library loop under cProfile (own time, top 30).
 Run from the repository root: python scripts/device/eager_tail_twin.py [--rows f16:4608x2048x8192,...]"""
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -39,15 +40,16 @@ def main():
     parser.add_argument("--rows", default=ROWS)
     parser.add_argument("--rounds", type=int, default=3, help="turns of the four contestants")
     parser.add_argument("--new-n-only", action="store_true", help="only the new-N loops (and dense's)")
-    parser.add_argument("--profile", action="store_true", help="the library's new-N loops under cProfile too")
+    parser.add_argument("--profile", action="store_true", help="the process's first library loop under cProfile")
+    parser.add_argument("--kernels", default="twin,persistent", help="--new-n-only: whose N ranges, in order")
     args = parser.parse_args()
     torch.manual_seed(0)
     if args.new_n_only:
-        for kernel, ns in NEW_N.items():
-            for call in ("dense", "library", "dense", "library"):
-                new_n_loop(torch, cs, spin, relative_error, kernel, list(ns), dense=call == "dense")
-            if args.profile:
-                new_n_loop(torch, cs, spin, relative_error, kernel, list(ns), profile=True)
+        for kernel in args.kernels.split(","):
+            for call in ("library", "dense", "library", "dense"):
+                new_n_loop(torch, cs, spin, relative_error, kernel, list(NEW_N[kernel]), dense=call == "dense",
+                           profile=args.profile and call == "library")
+                args.profile = args.profile and call != "library"   # the process's first loop only
         return
     print(f"{'row':24} {'twin ms':>8} {'pers. ms':>8} {'dense ms':>8} {'cslt ms':>8}  twin/pers twin/dense "
           f"twin/cslt  kernel, errors")
@@ -95,6 +97,8 @@ def new_n_loop(torch, cs, spin, relative_error, kernel, ns, dense=False, profile
     for n in ns:                  # each output size once for torch's allocator, as a serving loop has
         torch.empty((m, n), device="cuda", dtype=torch.float16)
     torch.cuda.synchronize()
+    segments = torch.cuda.memory_stats().get("segment.all.allocated", 0)   # cudaMalloc calls so far
+    gc_before = [g["collections"] for g in gc.get_stats()]
     busy = torch.cuda.Event()
     times, waits, twins, results = [], 0, 0, {}
     profiler = None
@@ -118,16 +122,26 @@ def new_n_loop(torch, cs, spin, relative_error, kernel, ns, dense=False, profile
         if info is not None:
             twins += "_streamk" in info.get("config", "")
             results[n] = y
+    segments = torch.cuda.memory_stats().get("segment.all.allocated", 0) - segments
+    collections = [g["collections"] - b for g, b in zip(gc.get_stats(), gc_before)]
     torch.cuda.synchronize()
     worst = max(relative_error(y, w.float() @ xs[n].float()) for n, y in results.items())
     print(f"new N loop ({kernel}{', dense torch.mm' if dense else ''}{', cProfile' if profile else ''}), M {m} K {k}, N {ns[1]}..{ns[-1]} step 8: {len(times)} calls, host median "
           f"{statistics.median(times):.1f} us, max {max(times):.1f} us, {waits} waited for the GPU; "
           f"checked {sorted(results)} ({twins} ran the twin), memory held {torch.cuda.memory_allocated() >> 20} MiB "
-          f"(torch) + {cupy_held() >> 20} MiB (CuPy's pool), worst error {worst:.1e} "
+          f"(torch) + {cupy_held() >> 20} MiB (CuPy's pool), {segments} cudaMalloc by torch, gc collections by "
+          f"generation {collections}, worst error {worst:.1e} "
           f"{'ok' if worst < 2e-2 else 'FAIL'}", flush=True)
+    print("  host us per call, in order: " + " ".join(f"{t:.0f}" for t in times))
     if profiler:
         import pstats
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        stats = pstats.Stats(profiler).stats   # {function: (calls, primitive, own s, cumulative s, callers)}
+        for order, column in (("own", 2), ("cumulative", 3)):
+            rows = sorted(stats.items(), key=lambda item: -item[1][column])[:30]
+            print(f"  by {order} time: {'own us/loop':>11} {'cum us/loop':>11} {'calls':>6}  function "
+                  f"(the loop's {len(times)} calls)")
+            for (path, line, name), (calls, _, own, cumulative, _) in rows:
+                print(f"  {own * 1e6:11.1f} {cumulative * 1e6:11.1f} {calls:6d}  {Path(path).name}:{line}({name})")
 
 
 def cupy_held() -> int:
