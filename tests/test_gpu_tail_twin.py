@@ -217,3 +217,52 @@ def test_two_streams_running_the_twin_at_once_each_use_their_own_workspace():
     cupy.cuda.Device().synchronize()
     assert_close(outs[0], expect(w, x), "f16")
     assert_close(outs[1], expect(w, x2), "f16")
+
+
+def test_new_pointers_and_new_n_launch_the_twin_with_params_by_value(monkeypatch):
+    """The twin's pointer map holds its workspace (sm90_params.map_pointers): once a setup's
+    Params have reached the host, a call with new pointers, or a new N of the range (built
+    ahead), patches a host copy with its pointers and its stream's shared workspace and
+    launches no setup; each result matches dense, launched back to back on one workspace."""
+    import cupy
+
+    from cutlass_sparse.api import eager
+    from cutlass_sparse.launch import sm90, sm90_params, stream_workspaces
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=89, family="sm90")
+    eager.clear()
+    stream = cupy.cuda.get_current_stream()
+    plan = cs.plan(sw, x)
+    family = plan.family_plan
+    assert family.config.tile_scheduler == "streamk" and family._shared_workspace, family.config.name
+    assert_close(plan(x), expect(w, x), "f16")            # the first setup of these pointers
+    assert_close(cs.matmul(sw, x), expect(w, x), "f16")   # the eager class: its range built ahead
+    cupy.cuda.Device().synchronize()                      # every copy to the host has landed
+    offsets = sm90_params.pointer_maps.get((family.compiled.key, 0))
+    assert offsets and offsets[sm90_params.WORKSPACE], sm90_params.failures
+    builds = []
+    original = sm90.Sm90Plan._build
+
+    def counted(plan, pointers, workspace, stream=None, scales=(0, 0, 0)):
+        builds.append(plan.problem.n)
+        return original(plan, pointers, workspace, stream, scales)
+
+    monkeypatch.setattr(sm90.Sm90Plan, "_build", counted)
+    shared = stream_workspaces.for_stream(0, stream, family._shared_workspace)
+    done = []
+    for xi in (cupy.ascontiguousarray(x[::-1]), -x, x * 0.5):   # new pointers
+        out = poisoned((M, N_TWIN), np.float16)
+        ready = family.ready(sw, (xi.data.ptr, out.data.ptr, out.data.ptr), None, stream)
+        assert ready.by_value and ready.workspace is shared and ready.barrier[1] > 0, ready
+        family.launch(ready, stream)
+        done.append((xi, out))
+    for n in (N_TWIN - 16, N_TWIN - 24, N_TWIN - 8):       # new N of the twin's range
+        xn = cupy.ascontiguousarray(x[:, :n])
+        info = {}
+        done.append((xn, cs.matmul(sw, xn)))
+        cs.matmul(sw, xn, info=info)
+        assert _twin(info), info
+    assert builds == [], f"setups launched for N {builds}"
+    for xi, y in done:
+        assert_close(y, expect(w, xi), "f16")

@@ -42,8 +42,17 @@ def main():
     parser.add_argument("--new-n-only", action="store_true", help="only the new-N loops (and dense's)")
     parser.add_argument("--profile", action="store_true", help="the process's first library loop under cProfile")
     parser.add_argument("--kernels", default="twin,persistent", help="--new-n-only: whose N ranges, in order")
+    parser.add_argument("--setup-params", action="store_true",
+                        help="as before session 33: no pointer map for the twin, so its launches read Params "
+                             "its setup writes (a setup per new N or new pointers)")
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.setup_params:
+        from cutlass_sparse.launch import sm90_params
+
+        mapped = sm90_params.map_pointers
+        sm90_params.map_pointers = lambda plan, templates, scaled, stream_k=False: (
+            None if stream_k else mapped(plan, templates, scaled))
     if args.new_n_only:
         for kernel in args.kernels.split(","):
             for call in ("library", "dense", "library", "dense"):
