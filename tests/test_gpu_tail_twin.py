@@ -266,3 +266,53 @@ def test_new_pointers_and_new_n_launch_the_twin_with_params_by_value(monkeypatch
     assert builds == [], f"setups launched for N {builds}"
     for xi, y in done:
         assert_close(y, expect(w, xi), "f16")
+
+
+def test_a_range_builds_ahead_for_both_its_kernels(monkeypatch):
+    """A class's first eager call builds its range's N ahead for the kernel it runs and, where
+    the range holds two (the twin's), for the other one too, even one that has not run in the
+    process yet (its first setup maps its pointers then): later new N of either kernel launch
+    no setup. (Before session 33 the other kernel's N were never built ahead there: each
+    made a plan and launched a setup, 400-600 us of host time at M 4608, K 8192.)"""
+    import cupy
+
+    from cutlass_sparse.api import eager
+    from cutlass_sparse.describe.problem import Problem
+    from cutlass_sparse.launch import sm90, sm90_params, sm90_prepare
+    from cutlass_sparse.plan import plans
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=90, family="sm90")
+    sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    persistent = plans.at_hand(Problem.contiguous("sm90", M, N_PERSISTENT, K, sm_count=sm_count)).compiled.key
+    # as in a new process: the persistent kernel has not run here (no map, no templates, no shapes)
+    sm90_params.pointer_maps.pop((persistent, 0), None)
+    sm90_prepare._templates.pop((persistent, 0), None)
+    for shape in [s for s in sm90_prepare._prepared if s[0] == persistent]:
+        monkeypatch.delitem(sm90_prepare._prepared, shape)
+    plans.clear()
+    eager.clear()
+    ns = (N_TWIN - 8, N_PERSISTENT, N_TWIN - 16, N_PERSISTENT - 8, N_PERSISTENT - 16)
+    xs = {n: cupy.ascontiguousarray(x[:, :n]) for n in (N_TWIN, *ns)}
+    info = {}
+    assert_close(cs.matmul(sw, xs[N_TWIN], info=info), expect(w, xs[N_TWIN]), "f16")
+    assert _twin(info), info
+    assert_close(cs.matmul(sw, xs[N_TWIN]), expect(w, xs[N_TWIN]), "f16")   # the class's first eager call
+    cupy.cuda.Device().synchronize()
+    assert sm90_params.pointer_maps.get((persistent, 0)), sm90_params.failures
+    builds = []
+    original = sm90.Sm90Plan._build
+
+    def counted(plan, pointers, workspace, stream=None, scales=(0, 0, 0)):
+        if stream is not sm90_params._side_streams.get(0):   # a build ahead runs there
+            builds.append(plan.problem.n)
+        return original(plan, pointers, workspace, stream, scales)
+
+    monkeypatch.setattr(sm90.Sm90Plan, "_build", counted)
+    results = {n: cs.matmul(sw, xs[n]) for n in ns}
+    assert builds == [], f"setups launched for N {builds}"
+    twins = {e.problem.n: "_streamk_" in e.plan.config.name for e in list(eager._entries.values())
+             if (e.problem.m, e.problem.k) == (M, K) and e.problem.n in ns}
+    assert twins == {n: n > N_PERSISTENT for n in ns}
+    for n, y in results.items():
+        assert_close(y, expect(w, xs[n]), "f16")

@@ -8,9 +8,10 @@ but for N, laid out the same way (x [K, N] and out [M, N], each compact row- or
 column-major), N in the same range (selection.n_range) and as aligned. Its
 Problem is that call's with N replaced, and its plan is made around the same kernel
 (plan.plans): no checks, no selection, no device synchronization. A class's first call
-has the device build Params for the rest of its N range on a side stream
-(Sm90Plan.build_ahead) and remembers their plans under the keys those calls will have,
-so the range's new N are one lookup and launch the GEMM alone.
+of a kernel has the device build Params for the N of its range that run that kernel (a
+range may hold two: the tail twin's) on a side stream (Sm90Plan.build_ahead) and
+remembers their plans under the keys those calls will have, so the range's new N are one
+lookup and launch the GEMM alone.
 
 Only plain calls take it (a 2-D x, a SparseMatrix on the device, no c, workspace, info
 or profiling; a bias only where the kernel adds it as a vector, and then no N class); a
@@ -164,7 +165,7 @@ def torch_out_dtype(element_out: str):
 
 _entries: dict[tuple, Entry] = {}      # exact key -> its entry
 _classes: dict[tuple, Entry] = {}      # class key -> the entry of its latest call
-_ahead: set[tuple] = set()             # classes whose range was built ahead
+_ahead: set[tuple] = set()             # (class, kernel) whose N of the class's range were built ahead
 _lock = threading.RLock()   # clear() runs inside _keep
 _generation = records.generation
 
@@ -207,14 +208,15 @@ def _for_n(entry: Entry, fast_key: tuple) -> Entry:
 
 
 def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
-    """A class's first call has the device build Params for the rest of its N range (sm90),
-    so the range's other N launch the GEMM alone; their plans are remembered under the
-    keys those calls will have. Where the range holds two kernels (the tail twin's), each
-    builds for its own N, the other only if it is compiled already."""
+    """A class's first call of a kernel has the device build Params for the N of its range
+    that run that kernel (sm90), so they launch the GEMM alone; their plans are remembered
+    under the keys those calls will have. Where the range holds two kernels (the tail
+    twin's), the other's N are built too if it is compiled already, else on the first call
+    that runs it (lookup)."""
     plan, problem = entry.plan, entry.problem
-    if klass is None or plan.family != "sm90" or klass in _ahead or _capturing():
+    if klass is None or plan.family != "sm90" or (klass, plan.compiled.key) in _ahead or _capturing():
         return   # in a capture: pinned memory, a side stream and allocations it may forbid; a later call builds
-    _ahead.add(klass)
+    _ahead.add((klass, plan.compiled.key))
     n = problem.n
     others = [v for v in range(selection.n_range_start(n), selection.n_range(n) + 1)
               if v != n and (v % 8 == 0) == (n % 8 == 0) and (v == 1) == (n == 1)]
@@ -224,7 +226,9 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     shared = {q.n for q in same}
     rest = [q for q in problems if q.n not in shared]
     other = plans.at_hand(rest[0], plan.asked[0]) if rest else None
-    if other is not None:   # the range's other kernel (a tail twin's persistent tile, or the twin)
+    if other is not None and (klass, other.compiled.key) not in _ahead:
+        # the range's other kernel (a tail twin's persistent tile, or the twin)
+        _ahead.add((klass, other.compiled.key))
         built = {**other.build_ahead(rest[1:]), rest[0].n: other, **built}
     for p in problems:
         if p.n in built:
@@ -246,6 +250,7 @@ def lookup(fast_key: tuple) -> Entry | None:
         return None
     entry = _for_n(sibling, fast_key)
     _keep(fast_key, entry, klass)
+    _build_ahead(fast_key, entry, klass)   # the class's first call of this kernel (the range's other one)
     return entry
 
 

@@ -268,16 +268,22 @@ def build_ahead(plan, problems) -> dict:
     kernel) on a side stream, into slots of one buffer, and bring them to the host with one
     copy and one event: their first calls then launch no setup and wait for nothing.
     Stand-in pointers: the real ones are patched in. Returns {N: plan} of the direct plans
-    made for them (where the kernel's pointers are mapped; else nothing)."""
+    made for them (where the kernel's pointers are mapped; else nothing). A kernel that has
+    not run here yet (the other kernel of a tail twin's range) has its first setup now,
+    which maps its pointers (it synchronizes, once per kernel and device, as its first
+    launch would)."""
     import cupy
 
-    if not pointer_maps.get((plan.compiled.key, plan.problem.device_id)):
-        return {}
-    made, wanted = {}, []
-    nbytes = plan.compiled.constants["params_bytes"]
-    slot = -(-nbytes // _SLOT) * _SLOT
     device = plan.problem.device_id
     with cupy.cuda.Device(device):
+        if (plan.compiled.key, device) not in pointer_maps:
+            scratch = cupy.empty(256, dtype=cupy.uint8)
+            plan._prepared((scratch.data.ptr,) * 5)
+        if not pointer_maps.get((plan.compiled.key, device)):
+            return {}
+        made, wanted = {}, []
+        nbytes = plan.compiled.constants["params_bytes"]
+        slot = -(-nbytes // _SLOT) * _SLOT
         stream = _side_stream(device)
         # in a torch call, its allocator: blocks taken for the side stream, not torch's
         with stream, torch_memory.for_stream(device, stream.ptr):
