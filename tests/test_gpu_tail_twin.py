@@ -316,3 +316,55 @@ def test_a_range_builds_ahead_for_both_its_kernels(monkeypatch):
     assert twins == {n: n > N_PERSISTENT for n in ns}
     for n, y in results.items():
         assert_close(y, expect(w, xs[n]), "f16")
+
+
+def test_a_callers_workspace_stays_the_callers_once_params_could_come_by_value():
+    """A twin launch on the caller's workspace is never moved to its stream's shared one (the
+    caller orders its own uses of that buffer; another stream's twin launches use theirs)."""
+    import cupy
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=91, family="sm90")
+    workspace = cupy.empty(cs.workspace_size(sw, x), dtype=cupy.uint8)
+    family = cs.plan(sw, x).family_plan
+    out = poisoned((M, N_TWIN), np.float16)
+    stream = cupy.cuda.get_current_stream()
+    for _ in range(3):   # the host copy of the first launch's Params has landed by the second
+        ready = family.ready(sw, (x.data.ptr, out.data.ptr, out.data.ptr), workspace, stream)
+        assert ready.workspace is workspace and not ready.shared_workspace, ready
+        family.launch(ready, stream)
+        stream.synchronize()
+    assert_close(out, expect(w, x), "f16")
+
+
+def test_a_capture_never_leaves_its_workspace_to_eager_calls():
+    """A plan's kept twin launch runs on its stream's shared workspace; a graph captured
+    from it gets a workspace of its own, even after the shared buffer left the kept set
+    (stream_workspaces.clear, as plans.clear or an eviction does), and no launch kept for
+    later eager calls holds the graph's."""
+    import cupy
+
+    from cutlass_sparse.launch import stream_workspaces
+
+    _sm90_or_skip()
+    w, sw, x = random_operands(M, N_TWIN, K, "f16", "row", seed=92, family="sm90")
+    plan = cs.plan(sw, x)
+    out = poisoned((M, N_TWIN), np.float16)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        plan(x, out=out)
+        stream.synchronize()
+        plan(x, out=out)       # by value now, on the stream's shared workspace
+        stream.synchronize()
+        stream_workspaces.clear()
+        stream.begin_capture()
+        plan(x, out=out)
+        graph = stream.end_capture()
+        kept = list(plan._readies.values()) + list(plan.family_plan._readies.values())
+        assert kept and all(r.shared_workspace and not r.captured for r in kept if r.workspace is not None), kept
+        out[...] = 0
+        for _ in range(2):
+            graph.launch(stream)
+            plan(x, out=out)   # eager between replays, on the stream's own buffer
+        stream.synchronize()
+    assert_close(out, expect(w, x), "f16")

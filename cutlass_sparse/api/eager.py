@@ -211,8 +211,9 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     """A class's first call of a kernel has the device build Params for the N of its range
     that run that kernel (sm90), so they launch the GEMM alone; their plans are remembered
     under the keys those calls will have. Where the range holds two kernels (the tail
-    twin's), the other's N are built too if it is compiled already, else on the first call
-    that runs it (lookup)."""
+    twin's), the other's N are built too if that kernel has run here already (its pointers
+    are mapped), else on the first call that runs it (lookup): mapping synchronizes, which
+    only a call of that kernel should pay."""
     plan, problem = entry.plan, entry.problem
     if klass is None or plan.family != "sm90" or (klass, plan.compiled.key) in _ahead or _capturing():
         return   # in a capture: pinned memory, a side stream and allocations it may forbid; a later call builds
@@ -226,10 +227,12 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     shared = {q.n for q in same}
     rest = [q for q in problems if q.n not in shared]
     other = plans.at_hand(rest[0], plan.asked[0]) if rest else None
-    if other is not None and (klass, other.compiled.key) not in _ahead:
-        # the range's other kernel (a tail twin's persistent tile, or the twin)
-        _ahead.add((klass, other.compiled.key))
-        built = {**other.build_ahead(rest[1:]), rest[0].n: other, **built}
+    if other is not None:   # the range's other kernel (a tail twin's persistent tile, or the twin)
+        if (klass, other.compiled.key) not in _ahead and other.pointers_mapped:
+            _ahead.add((klass, other.compiled.key))
+            built = {rest[0].n: other, **other.build_ahead(rest), **built}
+        else:
+            built = {rest[0].n: other, **built}
     for p in problems:
         if p.n in built:
             _keep(key_for_n(fast_key, p.n), Entry(built[p.n], p), None)

@@ -224,7 +224,7 @@ class Plan:
             return again.fire()
         key = (x_ptr, out_ptr, stream_workspaces.identity(stream))   # a tail twin's launch takes its stream's workspace
         ready = self._readies.get(key)
-        if ready is None or stream_workspaces.held_in_capture(ready.workspace, stream):
+        if ready is None or stream_workspaces.held_in_capture(ready, stream):
             # new pointers: the family plan builds (or finds) their Params; or a capture of a
             # launch on its stream's shared workspace: one of the graph's own
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
@@ -233,11 +233,13 @@ class Plan:
                 if len(self._readies) >= 64:
                     self._readies.clear()
                 self._readies[key] = ready
-        elif not ready.by_value:   # by value once its Params' copy has arrived (the family plan decides)
+        elif not ready.by_value and (ready.workspace is None or ready.shared_workspace):
+            # by value once its Params' copy has arrived (a tail twin's too: its stream's workspace)
             c_ptr = out_ptr if self.c_ptr is None else self.c_ptr
             family = self.family_plan
-            ready = self._readies[key] = family.by_value(ready, family.ready_key(self.sw, (x_ptr, c_ptr, out_ptr),
-                                                                                 stream), stream=stream)
+            ready = family.by_value(ready, family.ready_key(self.sw, (x_ptr, c_ptr, out_ptr), stream), stream=stream)
+            if not ready.captured:   # a capture's launch, on a workspace of the graph's own, serves it alone
+                self._readies[key] = ready
         self.family_plan.launch(ready, stream)
         self.family_plan.keep_again(self._agains, again_key, ready, stream)
 

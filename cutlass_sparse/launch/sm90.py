@@ -12,8 +12,9 @@ Sm90Plan is made once per Problem (plan.plans caches it) and run with arrays. No
 new problem shape needs is read back from the device, except once per kernel and device:
 the first setup leaves CuTe's TMA recipes, encoded here into descriptor templates (their
 static fields are compile-time properties of the kernel). The launch grid of a
-persistent-scheduler kernel is computed on the host (launch.grid); a stream-K kernel's
-grid and workspace are read back once per problem shape.
+persistent-scheduler kernel is computed on the host (launch.grid), and so are the tail
+twin's grid and workspace (sm90_prepare.host_stream_k); other stream-K kernels' are read
+back once per problem shape.
 """
 from __future__ import annotations
 
@@ -184,7 +185,7 @@ class Sm90Plan:
             stream = stream or cupy.cuda.get_current_stream()
         key = self.ready_key(sw, pointers, stream, workspace, scales)
         ready = self._readies.get(key)   # a dict read needs no lock; inserts and evictions take it
-        if ready is not None and not stream_workspaces.held_in_capture(ready.workspace, stream):
+        if ready is not None and not stream_workspaces.held_in_capture(ready, stream):
             return ready if ready.by_value else self.by_value(ready, key, scales, stream)
         ready = self._from_host(key[:5], scales, stream) if workspace is None else None
         if ready is None:
@@ -192,7 +193,7 @@ class Sm90Plan:
         if ready.captured:   # not for later calls: Params or a workspace that belong to the graph
             return ready
         # launches holding a workspace the library allocated for them alone (split_k's)
-        own = workspace is None and ready.workspace is not None and not stream_workspaces.is_shared(ready.workspace)
+        own = workspace is None and ready.workspace is not None and not ready.shared_workspace
         kept = WORKSPACES_PER_PLAN if own else PARAMS_PER_PLAN
         with self._lock:
             self._readies[key] = ready
@@ -204,13 +205,13 @@ class Sm90Plan:
         """`ready` (a launch of this plan whose Params the setup wrote on the device), or the
         launch with Params by value that replaces it once their host copy has arrived; never
         a new setup. key: ready()'s key of its pointers (a, e, b, c, d, workspace, ...).
-        Stream-K launches other than the tail twin's (a workspace of the caller's or their
-        own) and Params built during a capture stay as they are."""
-        if ready.by_value or (ready.workspace is not None and not self._shared_workspace):
+        Stream-K launches on a workspace other than their stream's shared one (the caller's,
+        or their own) stay as they are; a launch made for a capture serves it alone."""
+        if ready.by_value or (ready.workspace is not None and not ready.shared_workspace):
             return ready
         by_value = self._from_host(key[:5], scales, stream)
-        if by_value is None:
-            return ready
+        if by_value is None or by_value.captured:
+            return by_value or ready
         with self._lock:
             if key in self._readies:
                 self._readies[key] = by_value
@@ -354,11 +355,16 @@ class Sm90Plan:
         import cupy
 
         stream = stream or cupy.cuda.get_current_stream()
-        workspace = stream_workspaces.for_launch(self.problem.device_id, stream, prepared.workspace_bytes,
-                                                 self._shared_workspace)
+        workspace, shared = stream_workspaces.for_launch(self.problem.device_id, stream, prepared.workspace_bytes,
+                                                         self._shared_workspace)
         address, record = host.record(pointers + tuple(scales) + (workspace.data.ptr,))
+        # the kernel zeroes nothing itself: launch() clears the barriers before each launch, and the
+        # programmatic launch is safe because CUTLASS 4.2's stream-K fixup runs after a mainloop fed
+        # by loads issued after griddepcontrol.wait (its separate-reduction units, which would touch
+        # the workspace first, are off there: should_perform_separate_reduction)
         return Ready(address, prepared.grid, (record,), True, workspace,
-                     (prepared.barrier_offset, prepared.barrier_bytes), None, graphs.capturing(stream.ptr), stream.ptr)
+                     (prepared.barrier_offset, prepared.barrier_bytes), None,
+                     not shared and graphs.capturing(stream.ptr), stream.ptr, shared_workspace=shared)
 
     def _setup_block(self) -> bytearray:
         return sm90_setup.block(self)
@@ -386,10 +392,11 @@ class Sm90Plan:
 
         stream = stream or cupy.cuda.get_current_stream()
         prepared = self._prepared(pointers)
+        shared = False
         if prepared.workspace_bytes:
             if workspace is None:
-                workspace = stream_workspaces.for_launch(self.problem.device_id, stream, prepared.workspace_bytes,
-                                                         self._shared_workspace)
+                workspace, shared = stream_workspaces.for_launch(self.problem.device_id, stream,
+                                                                 prepared.workspace_bytes, self._shared_workspace)
             elif workspace.nbytes < prepared.workspace_bytes or workspace.data.ptr % 128:
                 raise ValueError(f"workspace holds {workspace.nbytes} bytes at {workspace.data.ptr:#x}; this call "
                                  f"needs {prepared.workspace_bytes} bytes, 128-byte aligned (cs.workspace_size)")
@@ -399,8 +406,7 @@ class Sm90Plan:
         self._write_params(pointers, params.data.ptr, workspace, stream, scales)
         # the setup reads the templates; True where the stream captures
         captured = graphs.hold(stream.ptr, prepared.templates)
-        if (workspace is None or self._shared_workspace) and sm90_params.pointer_maps.get(
-                (self.compiled.key, self.problem.device_id)):
+        if (workspace is None or shared) and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
             sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
         placeholder = self._placeholder
         if placeholder is None:   # the by-value argument the GEMM ignores when given a buffer
@@ -408,7 +414,8 @@ class Sm90Plan:
         from_device = ctypes.c_uint64(params.data.ptr)
         arguments = pdl.kernel_params(placeholder, from_device)
         return Ready(ctypes.addressof(arguments), prepared.grid, (arguments, placeholder, from_device), False,
-                     workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured, stream.ptr)
+                     workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured, stream.ptr,
+                     shared_workspace=shared)
 
     def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)
@@ -419,6 +426,12 @@ class Sm90Plan:
         if setup is None:   # the loaded entry, looked up once per plan
             setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
         setup((1, 1, 1), (1, 1, 1), (block,), 0, stream)
+
+    @property
+    def pointers_mapped(self) -> bool:
+        """Whether this kernel's pointers in Params are mapped on this device (its first setup
+        has run here), so Params built ahead can be patched (sm90_params.build_ahead)."""
+        return bool(sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)))
 
     def build_ahead(self, problems) -> dict:
         """Params for other N of this plan's range, built ahead (sm90_params.build_ahead);

@@ -3,7 +3,8 @@
 A kernel's Params depend on the operands' addresses through 8-byte words that hold the
 pointer itself, or the first word of a TMA descriptor, where the driver keeps the plain
 global address (scripts/device/probe_params.py, docs/probe_params_h100.log); a stream-K
-kernel's workspace sits in two (GemmUniversal's own and its scheduler's). Those words
+kernel's workspace sits in two (GemmUniversal's own and its scheduler's, equal while the
+epilogue asks for no workspace of its own; a word that differs refuses the map). Those words
 are found once per kernel and device (pointer_map, from setups with moved pointers, at
 the kernel's first setup, which synchronizes anyway). After that:
 

@@ -21,3 +21,6 @@ class Ready:
     captured: bool = False              # built in a graph capture: its Params exist after a replay only
     stream: int = 0                     # the stream whose memory pool gave params and workspace
     seen: bool = False                  # launched before (Sm90Plan.keep_again)
+    # the workspace is its stream's shared one (stream_workspaces), for as long as the
+    # launch lives, whether or not that buffer is still among the ones kept for sharing
+    shared_workspace: bool = False

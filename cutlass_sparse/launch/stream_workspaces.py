@@ -51,27 +51,20 @@ def for_stream(device_id: int, stream, nbytes: int):
     return buffer
 
 
-def for_launch(device_id: int, stream, nbytes: int, shared_bytes: int):
-    """The workspace of a launch the caller gave none: its stream's shared one of
+def for_launch(device_id: int, stream, nbytes: int, shared_bytes: int) -> tuple[object, bool]:
+    """(workspace, shared) for a launch the caller gave none: its stream's shared one of
     `shared_bytes` (a tail twin's; 0: none) where that holds `nbytes`; else, and under
     capture, a new one from the launching stream's pool (freed, it is reused in that
     stream's order) or the graph's."""
     if nbytes <= shared_bytes and not graphs.capturing(stream.ptr):
-        return for_stream(device_id, stream, shared_bytes)
-    return graphs.empty(nbytes, stream)
+        return for_stream(device_id, stream, shared_bytes), True
+    return graphs.empty(nbytes, stream), False
 
 
-def held_in_capture(workspace, stream) -> bool:
-    """Whether a kept launch's workspace is its stream's shared one while `stream` captures a
-    graph: the graph, replayed on any stream, needs a workspace of its own."""
-    return (workspace is not None and stream is not None and graphs.capturing(stream.ptr)
-            and is_shared(workspace))
-
-
-def is_shared(buffer) -> bool:
-    """Whether `buffer` is a stream's shared workspace (launches holding it hold no memory of their own)."""
-    with _lock:
-        return any(kept is buffer for kept in _buffers.values())
+def held_in_capture(ready, stream) -> bool:
+    """Whether a kept launch (a launch.sm90_ready.Ready) runs on its stream's shared workspace
+    while `stream` captures a graph: the graph, replayed on any stream, needs one of its own."""
+    return ready.shared_workspace and stream is not None and graphs.capturing(stream.ptr)
 
 
 def clear() -> None:
