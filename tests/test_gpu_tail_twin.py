@@ -269,11 +269,12 @@ def test_new_pointers_and_new_n_launch_the_twin_with_params_by_value(monkeypatch
 
 
 def test_a_range_builds_ahead_for_both_its_kernels(monkeypatch):
-    """A class's first eager call builds its range's N ahead for the kernel it runs and, where
-    the range holds two (the twin's), for the other one too, even one that has not run in the
-    process yet (its first setup maps its pointers then): later new N of either kernel launch
-    no setup. (Before session 33 the other kernel's N were never built ahead there: each
-    made a plan and launched a setup, 400-600 us of host time at M 4608, K 8192.)"""
+    """A class's first eager call builds its range's N ahead for the kernel it runs; where the
+    range holds two (the twin's), the other kernel's N are built on that kernel's first call
+    (which maps its pointers if it has not run in the process: only its own call synchronizes
+    for it). After that, new N of either kernel launch no setup. (Before session 33 the other
+    kernel's N were never built ahead there: each made a plan and launched a setup, 400-600
+    us of host time at M 4608, K 8192.)"""
     import cupy
 
     from cutlass_sparse.api import eager
@@ -292,14 +293,16 @@ def test_a_range_builds_ahead_for_both_its_kernels(monkeypatch):
         monkeypatch.delitem(sm90_prepare._prepared, shape)
     plans.clear()
     eager.clear()
-    ns = (N_TWIN - 8, N_PERSISTENT, N_TWIN - 16, N_PERSISTENT - 8, N_PERSISTENT - 16)
-    xs = {n: cupy.ascontiguousarray(x[:, :n]) for n in (N_TWIN, *ns)}
+    ns = (N_TWIN - 8, N_PERSISTENT - 24, N_TWIN - 16, N_PERSISTENT - 8, N_PERSISTENT - 16)
+    xs = {n: cupy.ascontiguousarray(x[:, :n]) for n in (N_TWIN, N_PERSISTENT, *ns)}
     info = {}
     assert_close(cs.matmul(sw, xs[N_TWIN], info=info), expect(w, xs[N_TWIN]), "f16")
     assert _twin(info), info
     assert_close(cs.matmul(sw, xs[N_TWIN]), expect(w, xs[N_TWIN]), "f16")   # the class's first eager call
+    first = cs.matmul(sw, xs[N_PERSISTENT])   # the persistent kernel's first call: maps it, builds its N
     cupy.cuda.Device().synchronize()
     assert sm90_params.pointer_maps.get((persistent, 0)), sm90_params.failures
+    assert_close(first, expect(w, xs[N_PERSISTENT]), "f16")
     builds = []
     original = sm90.Sm90Plan._build
 
@@ -360,8 +363,10 @@ def test_a_capture_never_leaves_its_workspace_to_eager_calls():
         stream.begin_capture()
         plan(x, out=out)
         graph = stream.end_capture()
-        kept = list(plan._readies.values()) + list(plan.family_plan._readies.values())
-        assert kept and all(r.shared_workspace and not r.captured for r in kept if r.workspace is not None), kept
+        kept = [r for r in list(plan._readies.values()) + list(plan.family_plan._readies.values())
+                if r.stream == stream.ptr]   # (the family plan also keeps earlier tests' launches)
+        assert kept and all(r.workspace is not None and r.shared_workspace and not r.captured for r in kept), \
+            [(r.by_value, r.shared_workspace, r.captured) for r in kept]
         out[...] = 0
         for _ in range(2):
             graph.launch(stream)
