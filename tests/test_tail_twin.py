@@ -237,3 +237,44 @@ def test_range_keys_quick_answer_is_resolves():
         checked += 1
         twins += sm90_choice.runs_tail_twin(problem)
     assert checked == 3000 and twins > 30
+
+
+def test_a_streams_shared_workspace_lives_as_long_as_a_launch_holds_it(monkeypatch):
+    # stream_workspaces keeps no buffer of its own: one per (device, stream, size) while some
+    # launch holds it, so streams that come and go never leave two for one stream alive
+    import sys
+    import types
+
+    from cutlass_sparse.launch import stream_workspaces
+
+    class Buffer:   # a CuPy array's stand-in (weakly referenced, like cupy.ndarray)
+        pass
+
+    class Context:
+        def __init__(self, ptr=0):
+            self.ptr = ptr
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    made = []
+
+    def empty(nbytes, dtype=None):
+        made.append(Buffer())
+        return made[-1]
+
+    fake = types.SimpleNamespace(empty=empty, uint8="uint8", cuda=types.SimpleNamespace(Device=Context))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(stream_workspaces, "_buffers", stream_workspaces.weakref.WeakValueDictionary())
+    one, two = Context(0x100), Context(0x200)
+    held = stream_workspaces.for_stream(0, one, 1 << 20)          # a launch holds it
+    assert stream_workspaces.for_stream(0, one, 1 << 20) is held    # the stream's next launch: the same
+    assert stream_workspaces.for_stream(0, two, 1 << 20) is not held   # another stream: its own
+    assert len(made) == 2
+    made.clear()
+    del held                                                        # no launch holds it any more
+    assert stream_workspaces.for_stream(0, one, 1 << 20) is made[0]   # a new one, the old one gone
+    assert len(stream_workspaces._buffers) == 1

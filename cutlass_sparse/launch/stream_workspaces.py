@@ -8,21 +8,25 @@ graph captures a workspace of its own). The size is the most any shape of the ke
 for (sm90_prepare.shared_workspace_bytes), so the buffer never has to grow under Params
 already built around it: a serving loop over new N holds one buffer per stream, not one
 per N (20-26 MB each at the H100's twin shapes).
+
+A buffer lives as long as a launch that holds it (the launches Sm90Plan and cs.plan keep,
+a graph that captured one): the table only finds it for the next launch on its stream, so
+there is never more than one per stream and size, however many streams come and go (a
+least-recently-used table made a new one for a stream it had dropped while that stream's
+kept launches still held the old: 20-26 MB more per churn).
 """
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+import weakref
 
 from . import graphs
 
-# (device, stream, size) kept, least recently used out first; an evicted one lives on in the
-# launches that hold it (Sm90Plan keeps few of those: WORKSPACES_PER_PLAN)
-MAX_BUFFERS = 16
 # cudaStreamPerThread: one handle for every thread's own default stream (CuPy's
 # CUPY_CUDA_PER_THREAD_DEFAULT_STREAM), which run concurrently
 PER_THREAD_STREAM = 2
-_buffers: OrderedDict[tuple, object] = OrderedDict()
+# (device, stream identity, size) -> the buffer, while some launch holds it
+_buffers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _lock = threading.Lock()
 
 
@@ -38,17 +42,13 @@ def for_stream(device_id: int, stream, nbytes: int):
     with _lock:
         buffer = _buffers.get(key)
         if buffer is not None:
-            _buffers.move_to_end(key)
             return buffer
     import cupy
 
     with cupy.cuda.Device(device_id), stream:   # from the stream's own pool
         made = cupy.empty(nbytes, dtype=cupy.uint8)
     with _lock:
-        buffer = _buffers.setdefault(key, made)
-        while len(_buffers) > MAX_BUFFERS:
-            _buffers.popitem(last=False)
-    return buffer
+        return _buffers.setdefault(key, made)
 
 
 def for_launch(device_id: int, stream, nbytes: int, shared_bytes: int) -> tuple[object, bool]:
@@ -68,6 +68,7 @@ def held_in_capture(ready, stream) -> bool:
 
 
 def clear() -> None:
-    """Let go of every shared workspace (launches that hold one keep it until they go)."""
+    """Forget every shared workspace (launches that hold one keep it until they go; the next
+    launch on its stream gets a new one)."""
     with _lock:
         _buffers.clear()
