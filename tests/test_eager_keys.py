@@ -209,3 +209,52 @@ def test_a_new_n_of_a_call_that_named_a_kernel_runs_that_kernel():
     with mock.patch.object(plans, "get", lambda problem, config=None: asked.append(config) or plan):
         eager._for_n(eager.Entry(plan, seen), fast_key(x_row(72)))
     assert asked == [named]
+
+
+def test_a_range_of_two_kernels_builds_ahead_for_each_on_its_own_first_call(monkeypatch):
+    """A range whose N run two kernels (the tail twin's and the persistent tile's) builds its
+    N ahead per kernel: the class's first call builds its own kernel's N, and the other's
+    too only if that kernel's pointers are mapped (it has run); else the first call that
+    runs it builds them (lookup). Neither is built twice."""
+    n0 = 200     # in (128, 256]: N above 224 run kernel "twin", the rest kernel "persistent"
+
+    def kernel_of(n):
+        return "twin" if n > 224 else "persistent"
+
+    built = []
+
+    class Plan:
+        family, direct, asked = "sm90", True, (None, None)
+
+        def __init__(self, problem, mapped=True):
+            self.problem, self.compiled = problem, SimpleNamespace(key=kernel_of(problem.n))
+            self.pointers_mapped = mapped
+
+        def build_ahead(self, problems):
+            built.append((self.compiled.key, sorted(p.n for p in problems)))
+            return {p.n: Plan(p) for p in problems}
+
+    mapped = {"twin": False}   # the persistent kernel has run here; the twin has not
+    monkeypatch.setattr(plans, "shares_kernel", lambda plan, q: kernel_of(q.n) == plan.compiled.key)
+    monkeypatch.setattr(plans, "at_hand", lambda problem, config=None: Plan(problem, mapped.get(kernel_of(problem.n), True)))
+    monkeypatch.setattr(plans, "get", lambda problem, config=None: Plan(problem))
+    monkeypatch.setattr(eager, "_capturing", lambda: False)
+    eager.clear()
+    try:
+        key = fast_key(x_row(n0), out_row(n0))
+        x = np.zeros((K, n0), F16)
+        eager._keep(key, eager.Entry(Plan(problem_for(x, np.zeros((M, n0), F16), n0)), problem_for(x, None, n0)),
+                    eager_keys.class_key(key))
+        eager._build_ahead(key, eager._entries[key], eager_keys.class_key(key))
+        persistent_n = [v for v in range(136, 225, 8) if v != n0]
+        twin_n = list(range(232, 257, 8))
+        assert built == [("persistent", persistent_n)]   # the twin has not run: not built yet
+        assert eager.lookup(fast_key(x_row(240), out_row(240))).plan.compiled.key == "twin"   # built here
+        assert built[1] == ("twin", [v for v in twin_n if v != 240])
+        eager.lookup(fast_key(x_row(248), out_row(248)))   # remembered: no lookup of its class, no build
+        eager.lookup(fast_key(x_row(136), out_row(136)))
+        assert len(built) == 2
+        assert {n: eager._entries[fast_key(x_row(n), out_row(n))].plan.compiled.key
+                for n in persistent_n + twin_n} == {n: kernel_of(n) for n in persistent_n + twin_n}
+    finally:
+        eager.clear()
