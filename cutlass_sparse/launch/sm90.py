@@ -406,7 +406,7 @@ class Sm90Plan:
         self._write_params(pointers, params.data.ptr, workspace, stream, scales)
         # the setup reads the templates; True where the stream captures
         captured = graphs.hold(stream.ptr, prepared.templates)
-        if (workspace is None or shared) and sm90_params.pointer_maps.get((self.compiled.key, self.problem.device_id)):
+        if (workspace is None or shared) and self.pointers_mapped:
             sm90_params.request(self._host_key(pointers, scales), params, stream)   # later calls patch a copy
         placeholder = self._placeholder
         if placeholder is None:   # the by-value argument the GEMM ignores when given a buffer
