@@ -228,11 +228,11 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     rest = [q for q in problems if q.n not in shared]
     other = plans.at_hand(rest[0], plan.asked[0]) if rest else None
     if other is not None:   # the range's other kernel (a tail twin's persistent tile, or the twin)
+        theirs = {}
         if (klass, other.compiled.key) not in _ahead and other.pointers_mapped:
             _ahead.add((klass, other.compiled.key))
-            built = {rest[0].n: other, **other.build_ahead(rest), **built}
-        else:
-            built = {rest[0].n: other, **built}
+            theirs = other.build_ahead(rest)
+        built = {rest[0].n: other, **theirs, **built}
     for p in problems:
         if p.n in built:
             _keep(key_for_n(fast_key, p.n), Entry(built[p.n], p), None)

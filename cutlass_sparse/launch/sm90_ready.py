@@ -22,5 +22,5 @@ class Ready:
     stream: int = 0                     # the stream whose memory pool gave params and workspace
     seen: bool = False                  # launched before (Sm90Plan.keep_again)
     # the workspace is its stream's shared one (stream_workspaces), for as long as the
-    # launch lives, whether or not that buffer is still among the ones kept for sharing
+    # launch lives, whether or not the table still finds it (stream_workspaces.clear)
     shared_workspace: bool = False
