@@ -258,3 +258,49 @@ def test_a_range_of_two_kernels_builds_ahead_for_each_on_its_own_first_call(monk
                 for n in persistent_n + twin_n} == {n: kernel_of(n) for n in persistent_n + twin_n}
     finally:
         eager.clear()
+
+
+def test_two_threads_at_a_class_first_call_build_its_range_once(monkeypatch):
+    """Two threads making a class's first call at once: one builds the range's N ahead, the
+    other finds it claimed (review L4: both built it, twice the setups for nothing)."""
+    import threading
+
+    n0, calls, inside = 200, [], threading.Barrier(2, timeout=5)
+
+    class Plan:
+        family, direct, asked = "sm90", True, (None, None)
+        pointers_mapped = True
+
+        def __init__(self, problem):
+            self.problem, self.compiled = problem, SimpleNamespace(key="one kernel")
+
+        def build_ahead(self, problems):
+            calls.append(len(problems))
+            return {}
+
+    real_claim = eager._claim
+
+    def claim_together(klass, plan):   # both threads reach the claim before either takes it
+        try:
+            inside.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return real_claim(klass, plan)
+
+    monkeypatch.setattr(plans, "shares_kernel", lambda plan, q: True)
+    monkeypatch.setattr(eager, "_capturing", lambda: False)
+    monkeypatch.setattr(eager, "_claim", claim_together)
+    eager.clear()
+    try:
+        key = fast_key(x_row(n0), out_row(n0))
+        x = np.zeros((K, n0), F16)
+        entry = eager.Entry(Plan(problem_for(x, np.zeros((M, n0), F16), n0)), problem_for(x, None, n0))
+        threads = [threading.Thread(target=eager._build_ahead, args=(key, entry, eager_keys.class_key(key)))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(calls) == 1
+    finally:
+        eager.clear()

@@ -215,9 +215,8 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     are mapped), else on the first call that runs it (lookup): mapping synchronizes, which
     only a call of that kernel should pay."""
     plan, problem = entry.plan, entry.problem
-    if klass is None or plan.family != "sm90" or (klass, plan.compiled.key) in _ahead or _capturing():
+    if klass is None or plan.family != "sm90" or _capturing() or not _claim(klass, plan):
         return   # in a capture: pinned memory, a side stream and allocations it may forbid; a later call builds
-    _ahead.add((klass, plan.compiled.key))
     n = problem.n
     others = [v for v in range(selection.n_range_start(n), selection.n_range(n) + 1)
               if v != n and (v % 8 == 0) == (n % 8 == 0) and (v == 1) == (n == 1)]
@@ -229,13 +228,22 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     other = plans.at_hand(rest[0], plan.asked[0]) if rest else None
     if other is not None:   # the range's other kernel (a tail twin's persistent tile, or the twin)
         theirs = {}
-        if (klass, other.compiled.key) not in _ahead and other.pointers_mapped:
-            _ahead.add((klass, other.compiled.key))
+        if other.pointers_mapped and _claim(klass, other):
             theirs = other.build_ahead(rest)
         built = {rest[0].n: other, **theirs, **built}
     for p in problems:
         if p.n in built:
             _keep(key_for_n(fast_key, p.n), Entry(built[p.n], p), None)
+
+
+def _claim(klass: tuple, plan) -> bool:
+    """Whether this call builds the class's N ahead for plan's kernel: the first to ask does
+    (two threads at a class's first call would otherwise both build its range)."""
+    with _lock:
+        if (klass, plan.compiled.key) in _ahead:
+            return False
+        _ahead.add((klass, plan.compiled.key))
+        return True
 
 
 def lookup(fast_key: tuple) -> Entry | None:
