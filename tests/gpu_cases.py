@@ -269,9 +269,10 @@ def pdl_problems(sm_count: int = 132):
             for m, n, k, activation in shapes]
 
 
-def quantized_problems(sm_count: int = 132, bench: bool = False, element: str = "e4m3"):
+def quantized_problems(sm_count: int = 132, bench: bool = False, element: str = "e4m3", shapes=()):
     """What cs.linear_fp8 / cs.linear_int8 plan in tests/test_gpu_fp8.py / test_gpu_int8.py
-    (bench: in scripts/bench.py --dtypes e4m3,s8 [--llm] as well)."""
+    (bench: in scripts/bench.py --dtypes e4m3,s8 [--llm] as well; shapes: and bench.py --shapes
+    of these (M, N, K))."""
     import dataclasses
 
     from cutlass_sparse.cli.bench import FP8_SHAPES, LLM_SHAPES
@@ -290,10 +291,11 @@ def quantized_problems(sm_count: int = 132, bench: bool = False, element: str = 
         cases += [((256, 64, 512), "s8", "identity"), ((128, 8, 64), "bf16", "identity"),
                   ((256, 64, 512), "bf16", "silu")]
     cases += [((256, 16, 224), "bf16", "identity")]   # test_gpu_fp8's K = 200, padded to 224
-    if element == "e4m3":   # test_gpu_fp8's [2, 3, K] activations
-        cases += [((256, 6, 512), "bf16", "identity")]
+    if element == "e4m3":   # test_gpu_fp8's [2, 3, K] activations, and the stream-K twin's shapes
+        cases += [((256, 6, 512), "bf16", "identity")] + [(shape, "bf16", "identity") for shape in test.TWIN_CASES]
     if bench:
         cases += [(shape, OUT[element], "identity") for shape in FP8_SHAPES + LLM_SHAPES]
+    cases += [(tuple(shape), OUT[element], "identity") for shape in shapes]
     problems = [dataclasses.replace(
         Problem.contiguous("sm90", m, n, k, element=element, element_out=out, layout_b="col", out_layout="col",
                            sm_count=sm_count),

@@ -296,3 +296,33 @@ def test_leading_dimensions_of_quantized_activations():
     assert cs.linear_fp8(xq, x_scales, sw, out=out) is out and bool((out.reshape(6, m) == flat).all())
     with pytest.raises(ValueError, match=r"x_scales must be \[2, 3\]"):
         cs.linear_fp8(xq, x_scales.reshape(6), sw)
+
+
+# 4608 features, K 8192, at token counts whose last wave of 128x256 tiles is part-empty
+TWIN_CASES = [(4608, 2048, 8192), (4608, 1280, 8192), (4608, 1792, 8192)]
+
+
+@pytest.mark.parametrize("shape", TWIN_CASES, ids=lambda s: "x".join(map(str, s)))
+def test_a_part_empty_last_wave_runs_the_fp8_stream_k_twin_where_it_gains(shape):
+    """4608 features, K 8192: 2048 tokens (2.18 waves of 128x256 tiles) and 1280 (1.36) run the
+    128x256x128 tile's stream-K twin (selection.TAIL_TWINS, the 8-bit rule), 1792 (1.91 waves:
+    CUTLASS would not split the tail) the persistent kernel; each result checked, three calls
+    each (the second and third take Params by value on the stream's shared workspace)."""
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import quantize_e4m3
+
+    m, tokens, k = shape
+    w = weight(m, k, seed=11)
+    sw = cs.quantize_fp8(w)
+    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
+    x = cupy.random.default_rng(tokens).standard_normal((tokens, k), dtype=cupy.float32).astype(cupy.float16)
+    xq, x_scales = cs.quantize_activations_fp8(x)
+    ref = dequantized_reference(sw, xq, x_scales, w_bytes)
+    for _ in range(3):
+        info = {}
+        y = cs.linear_fp8(xq, x_scales, sw, info=info)
+        assert ("_streamk_" in info["config"]) == (tokens != 1792), info["config"]
+        assert "128x256x128_2x1x1" in info["config"]
+        assert reference.relative_error(y, ref) <= TOLERANCE["bf16"]

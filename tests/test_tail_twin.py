@@ -52,6 +52,16 @@ MEASURED_GAIN = {
 }
 
 
+# e4m3 (bf16 out), twin / persistent TFLOP/s of the 128x256x128 2x1 tile, swizzle 1 (session 34,
+# docs/probe_streamk_e4m3_h100_session34_call1.log)
+MEASURED_GAIN_E4M3 = {
+    (4608, 2048, 4096): 0.961, (4608, 2048, 8192): 1.119, (4608, 2048, 14336): 1.161, (4608, 2048, 28672): 1.212,
+    (4096, 1280, 4096): 0.958, (4096, 1280, 8192): 1.155, (4096, 1280, 14336): 1.249,
+    (3584, 4096, 4096): 0.894, (3584, 4096, 14336): 1.038, (3584, 4096, 18944): 1.053,
+    (6656, 4096, 4096): 0.937, (6656, 4096, 14336): 1.017, (6144, 1536, 4096): 0.958, (4096, 1536, 8192): 0.982,
+}
+
+
 def _problem(m, n, k, dtype="f16", **changes):
     return Problem.contiguous("sm90", m, n, k, element=dtype, **changes)
 
@@ -68,6 +78,22 @@ def test_the_rule_takes_the_twin_where_it_won_and_never_where_it_lost_more_than_
     assert took or MEASURED_GAIN[row] < 1.05                 # and misses no large gain
 
 
+@pytest.mark.parametrize("row", sorted(MEASURED_GAIN_E4M3))
+def test_the_8_bit_rule_takes_the_fp8_twin_where_it_won_and_never_where_it_lost(row):
+    m, n, k = row
+    config, scheduling = sm90_choice.resolve(_problem(m, n, k, "e4m3", layout_b="col", element_out="bf16"), None)
+    took = scheduling.decomposition == "heuristic"
+    if took:
+        assert config.tile_scheduler == "streamk" and config.load_registers == 56
+        assert config.threadblock == (128, 256, 128) and config.cluster == (2, 1, 1)
+    assert took == (MEASURED_GAIN_E4M3[row] > 1.03)
+
+
+def test_the_8_bit_twin_pays_more_per_k_than_the_16_bit_one():
+    # 2.18 waves at K 4096: the f16 twin gained 8%, the e4m3 one lost 4% (its mainloop is twice as fast)
+    assert selection.tail_split_gain(2.18, 4096, 2) > selection.TAIL_GAIN > 1.0 > selection.tail_split_gain(2.18, 4096, 1)
+
+
 def test_the_fitted_gain_is_not_taken_below_one_full_wave_or_without_a_split():
     assert grid.stream_k_tiles(1024, 2048, 8192, TILE, CLUSTER, 132, 1)[2] == 64   # CUTLASS would split ...
     assert sm90_choice.resolve(_problem(1024, 2048, 8192), None)[1].decomposition == "data_parallel"  # ... untimed
@@ -76,7 +102,7 @@ def test_the_fitted_gain_is_not_taken_below_one_full_wave_or_without_a_split():
     assert selection.tail_split_gain(2.18, 28672) > selection.tail_split_gain(2.18, 4096) > 1.0
 
 
-def test_no_twin_for_a_split_the_caller_named_or_their_kernel_or_8_bit_inputs():
+def test_no_twin_for_a_split_the_caller_named_or_their_kernel_or_int8_inputs():
     problem = _problem(4608, 2048, 8192)
     chosen, _ = sm90_choice.resolve(problem, None)
     assert chosen.tile_scheduler == "streamk"
@@ -86,10 +112,12 @@ def test_no_twin_for_a_split_the_caller_named_or_their_kernel_or_8_bit_inputs():
     assert config.tile_scheduler == "persistent" and scheduling.decomposition == "data_parallel"
     _, scheduling = sm90_choice.resolve(problem.with_(split_k=2), None)
     assert scheduling == sm90_choice.Scheduling("split_k", 2)
-    for dtype, out in (("e4m3", "bf16"), ("s8", "s8")):
-        config, scheduling = sm90_choice.resolve(_problem(4608, 2048, 8192, dtype, layout_b="col", element_out=out),
-                                                 None)
-        assert config.tile_scheduler == "persistent" and scheduling.decomposition == "data_parallel"
+    config, scheduling = sm90_choice.resolve(_problem(4608, 2048, 8192, "s8", layout_b="col", element_out="s8"),
+                                             None)
+    assert config.tile_scheduler == "persistent" and scheduling.decomposition == "data_parallel"   # unmeasured
+    config, scheduling = sm90_choice.resolve(_problem(4608, 2048, 8192, "e4m3", layout_b="col", element_out="bf16"),
+                                             None)
+    assert config.tile_scheduler == "streamk" and config.threadblock == (128, 256, 128)
 
 
 def _asked(problem):
@@ -129,9 +157,10 @@ def test_the_profiler_times_the_twin_where_its_scheduler_splits_and_records_it()
     from cutlass_sparse.plan.records import Choice, candidates
     from cutlass_sparse.profiler import tune
 
-    twins = [c for c in candidates("sm90", 8192, "f16") if c.twin]
-    assert twins and {(c.tile[0], c.tile[3]) for c in twins} == set(selection.TAIL_TWINS)
-    assert not any(c.twin for c in candidates("sm90", 8192, "e4m3", "bf16"))
+    for element, out, tile in (("f16", None, (128, 256, 64)), ("e4m3", "bf16", (128, 256, 128))):
+        twins = [c for c in candidates("sm90", 8192, element, out) if c.twin]
+        assert twins and {(c.tile[0], c.tile[3]) for c in twins} == {(tile, (2, 1, 1))}
+    assert not any(c.twin for c in candidates("sm90", 8192, "s8", "s32"))
     splits, whole = _problem(4608, 2048, 8192), _problem(4096, 4096, 4096)
     assert any(c.twin for c in tune.profiled_choices(splits))
     assert not any(c.twin for c in tune.profiled_choices(whole))     # it would run data-parallel

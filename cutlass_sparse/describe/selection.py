@@ -121,31 +121,39 @@ def _choose_sm90(m: int, n: int, k: int, sm_count: int, split_k: int | None, ele
 # stream_k_tiles), the stream-K twin of a persistent tile can beat it: the persistent kernel
 # runs ceil(W) waves of tiles, the twin W plus its overhead (the fixups through the workspace,
 # and its scheduler's cost even on whole tiles). Twins, each with the producer registers its
-# kernel needs not to spill (load_registers), by (tile, cluster):
-TAIL_TWINS = {((128, 256, 64), (2, 1, 1)): 56}
-# The overhead in waves, fitted to 24 H100 runs of the 128x256x64 2x1 twin against its
-# persistent kernel, f16 and bf16, 2.18 to 6.3 waves, K 3584 to 28672, and checked on 9 more
-# (1.21 to 2.18 waves, where CUTLASS splits every tile or the tail) (docs/NOTES.md, session 32):
-# measured/predicted within 4% but for one shape (5120x2048x28672: 0.99-1.00x measured, 1.07x
-# predicted). The twin runs where the prediction is at least TAIL_GAIN: 19 of the 29 measured
-# (shape, type) rows, +4% to +29% there (geomean +9.6%; 4096x1280x14336 +29%, 4608x2048x28672
-# +20%, 3584x4096x18944 +7-8%) but for that one shape (-1.1% f16, +0.4% bf16); none of the
-# other 10 gained more than 2% (tests/test_tail_twin.py holds the table).
-TAIL_OVERHEAD = (0.213, 0.047, 0.384)   # constant, per wave, per 4096 / K
+# kernel needs not to spill (load_registers), by (tile, cluster): fp16/bf16's and fp8's
+# 128x256 tile in 2x1 clusters.
+TAIL_TWINS = {((128, 256, 64), (2, 1, 1)): 56, ((128, 256, 128), (2, 1, 1)): 56}
+# The overhead in waves, by input bytes: constant, per wave, per 4096 / K.
+# 16-bit: fitted to 24 H100 runs of the 128x256x64 2x1 twin against its persistent kernel, f16
+# and bf16, 2.18 to 6.3 waves, K 3584 to 28672, and checked on 9 more (1.21 to 2.18 waves,
+# where CUTLASS splits every tile or the tail) (docs/NOTES.md, session 32): measured/predicted
+# within 4% but for one shape (5120x2048x28672: 0.99-1.00x measured, 1.07x predicted). The
+# twin runs where the prediction is at least TAIL_GAIN: 19 of the 29 measured (shape, type)
+# rows, +4% to +29% there (geomean +9.6%; 4096x1280x14336 +29%, 4608x2048x28672 +20%,
+# 3584x4096x18944 +7-8%) but for that one shape (-1.1% f16, +0.4% bf16); none of the other 10
+# gained more than 2% (tests/test_tail_twin.py holds the table).
+# 8-bit (e4m3 weights): fitted to 14 H100 runs of the 128x256x128 2x1 twin, 1.21 to 6.3 waves,
+# K 4096 to 28672 (docs/probe_streamk_e4m3_h100_session34_call1.log), within 3% but at 1.45
+# waves (1.007 predicted, 0.982 measured). Its K term is twice fp16's: the fixup costs the
+# same bytes, the mainloop half the time per K. Per k-tile of either (64 deep for 16-bit,
+# 128 for 8-bit) the term is the same, about 25 / (K / tile K) waves.
+TAIL_OVERHEAD = {2: (0.213, 0.047, 0.384), 1: (0.076, 0.048, 0.780)}
 TAIL_GAIN = 1.03
+TAIL_TWIN_INPUTS = ("f16", "bf16", "e4m3")   # measured (e4m3 weights take e4m3 or e5m2 x)
 
 
 def has_tail_twin(threadblock, cluster, schedule: str, scheduler: str, element: str) -> bool:
     """Whether a tile has a stream-K twin for these inputs: a persistent cooperative tile of
-    TAIL_TWINS, 16-bit inputs (measured)."""
+    TAIL_TWINS, inputs of TAIL_TWIN_INPUTS (measured)."""
     return ((threadblock, cluster) in TAIL_TWINS and schedule == "cooperative" and scheduler == "persistent"
-            and element in ("f16", "bf16"))
+            and element in TAIL_TWIN_INPUTS)
 
 
-def tail_split_gain(waves: float, k: int) -> float:
+def tail_split_gain(waves: float, k: int, item: int = 2) -> float:
     """The stream-K twin's predicted speed over its persistent tile's, for a problem of
-    `waves` waves of tiles (CUTLASS splits the last one) and K."""
-    constant, per_wave, per_k = TAIL_OVERHEAD
+    `waves` waves of tiles (CUTLASS splits the last one), K and inputs of `item` bytes."""
+    constant, per_wave, per_k = TAIL_OVERHEAD[item]
     return math.ceil(waves) / (waves + constant + per_wave * waves + per_k * 4096 / k)
 
 

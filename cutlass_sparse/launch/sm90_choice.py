@@ -88,7 +88,8 @@ def tail_twin(problem: Problem, config: SparseGemmConfig) -> SparseGemmConfig | 
     """The stream-K twin of the catalog's persistent kernel (selection.TAIL_TWINS), where
     CUTLASS's stream-K scheduler splits this problem's part-empty last wave (a full wave or
     more before it: fewer tiles than SMs were not measured) and selection.tail_split_gain
-    predicts the twin at least TAIL_GAIN faster; else None. 16-bit inputs only (measured)."""
+    predicts the twin at least TAIL_GAIN faster; else None. Measured inputs only
+    (selection.TAIL_TWIN_INPUTS)."""
     if not selection.has_tail_twin(config.threadblock, config.cluster, config.schedule, config.tile_scheduler,
                                    config.element):
         return None
@@ -118,7 +119,8 @@ def runs_tail_twin(problem: Problem) -> bool:
 
 def _twin_gains(problem: Problem, threadblock, cluster, swizzle: int, raster: int) -> bool:
     split, waves = splits_tail(problem, threadblock, cluster, swizzle, raster)
-    return split and selection.tail_split_gain(waves, problem.k) >= selection.TAIL_GAIN
+    item = dtypes.numpy_dtype(problem.element).itemsize
+    return split and selection.tail_split_gain(waves, problem.k, item) >= selection.TAIL_GAIN
 
 
 def splits_tail(problem: Problem, threadblock, cluster, swizzle: int, raster: int = 0) -> tuple[bool, float]:

@@ -26,10 +26,12 @@ DECOMPOSITIONS = ("data_parallel", "heuristic")
 REGISTERS = {(128, 128): 72, (128, 256): 56}   # producer registers for each tile's twin
 
 
-def kernels(rows, roomy_only=False):
+def kernels(rows, roomy_only=False, also=None):
     """{row: (pick, twin, twin with more producer registers)}; roomy_only: without the
-    plain twin (CUTLASS's 40 producer registers, which spill)."""
-    from cutlass_sparse.launch.sm90_choice import resolve
+    plain twin (CUTLASS's 40 producer registers, which spill). also: (threadblock, cluster)
+    of a cooperative tile whose persistent kernel and roomy twin run too, at rows whose pick
+    is another tile."""
+    from cutlass_sparse.launch.sm90_choice import resolve, run_order
     from sweep_streamk import problem_for
 
     out = {}
@@ -43,6 +45,10 @@ def kernels(rows, roomy_only=False):
         twin = dataclasses.replace(pick, tile_scheduler="streamk")
         roomy = dataclasses.replace(twin, load_registers=REGISTERS.get(pick.threadblock[:2], 72))
         out[(dtype, shape)] = (pick, roomy) if roomy_only else (pick, twin, roomy)
+        if also and (pick.threadblock, pick.cluster) != also:   # in its own swizzle and raster order
+            other = run_order(problem_for(dtype, *shape), dataclasses.replace(pick, threadblock=also[0], cluster=also[1]))
+            out[(dtype, shape)] += (other, dataclasses.replace(other, tile_scheduler="streamk",
+                                                               load_registers=REGISTERS.get(also[0][:2], 72)))
     return out
 
 
@@ -53,12 +59,17 @@ def main():
     parser.add_argument("--once", action="store_true", help="each plan once, untimed (for ncu)")
     parser.add_argument("--jobs", type=int, default=16)
     parser.add_argument("--roomy-only", action="store_true", help="only the twin with more producer registers")
+    parser.add_argument("--also", help="another cooperative tile, persistent and twin, e.g. 128x256x128c2x1")
     parser.add_argument("--decompositions", default=",".join(DECOMPOSITIONS),
                         help="of data_parallel, heuristic, stream_k (CUTLASS's DecompositionMode)")
     args = parser.parse_args()
     from sustained import parse_rows
     rows = parse_rows(args.rows)
-    table = kernels(rows, args.roomy_only)
+    also = None
+    if args.also:
+        tile, cluster = args.also.split("c")
+        also = (tuple(map(int, tile.split("x"))), (*map(int, cluster.split("x")), 1))
+    table = kernels(rows, args.roomy_only, also)
     from sweep_void_c import compile_candidates
     compile_candidates([(c, "sm_90a") for trio in table.values() for c in trio], args.jobs)
     if args.compile_only:
@@ -81,7 +92,8 @@ def main():
                 print(f"  {name:34} {flops / reference.kernel_median_ms(run) / 1e9:7.1f}", flush=True)
         problem = problem_for(dtype, m, n, k, alpha)
         d = cupy.empty((m, n), dtype=dtypes.numpy_dtype(KINDS[dtype][0]))
-        runs = [(pick, None)] + [(c, s) for c in twins for s in args.decompositions.split(",")]
+        runs = [(pick, None)] + [(c, s) if c.tile_scheduler == "streamk" else (c, None)
+                                 for c in twins for s in args.decompositions.split(",")]
         for config, decomposition in runs:
             label = (f"{'x'.join(map(str, config.threadblock))} c{config.cluster[0]}x{config.cluster[1]} "
                      f"{decomposition or 'persistent'}{' ld' + str(config.load_registers) if config.load_registers else ''}")
