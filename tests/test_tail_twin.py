@@ -307,3 +307,40 @@ def test_a_streams_shared_workspace_lives_as_long_as_a_launch_holds_it(monkeypat
     del held                                                        # no launch holds it any more
     assert stream_workspaces.for_stream(0, one, 1 << 20) is made[0]   # a new one, the old one gone
     assert len(stream_workspaces._buffers) == 1
+
+
+# (dtype, M, N, K) -> (the finer tile selection picks, persistent; the 128x256 tile's twin),
+# TFLOP/s measured in one process (docs/probe_streamk_8bit_h100_session34_call2.log, the two
+# 3072 x 2048 rows; the rest docs/ab_twin_tile_h100_session34_call3.log)
+FINER_OR_TWIN = {
+    ("e4m3", 3072, 2048, 28672): (1595.8, 1934.6),
+    ("e4m3", 3072, 2048, 8192): (1623.2, 1583.4),
+    ("f16", 5120, 1024, 13824): (914.5, 1030.7), ("bf16", 5120, 1024, 13824): (931.4, 1058.8),
+    ("f16", 4608, 1024, 14336): (831.5, 1047.3), ("f16", 3072, 1536, 8192): (711.8, 954.4),
+    ("f16", 6144, 768, 13824): (827.0, 1032.0), ("f16", 11008, 512, 14336): (965.8, 1030.5),
+    ("f16", 18944, 256, 13824): (774.2, 874.8), ("f16", 3072, 1536, 4096): (689.7, 797.5),
+    ("bf16", 4608, 1024, 8192): (813.7, 970.6), ("e4m3", 4608, 1024, 14336): (1330.3, 1769.1),
+    ("e4m3", 11008, 512, 28672): (1772.7, 1982.3), ("e4m3", 3072, 1536, 14336): (1275.3, 1793.2),
+}
+
+
+@pytest.mark.parametrize("row", sorted(FINER_OR_TWIN))
+def test_another_tiles_twin_replaces_a_finer_pick_where_it_ran_faster(row):
+    dtype, m, n, k = row
+    problem = _problem(m, n, k, dtype, layout_b="col", element_out="bf16") if dtype == "e4m3" else \
+        _problem(m, n, k, dtype)
+    picked, _ = selection.choose_sm90(m, n, k, 132, None, dtype, problem.element_out)
+    assert picked[0][:2] == (128, 128)
+    config, scheduling = sm90_choice.resolve(problem, None)
+    finer, twin = FINER_OR_TWIN[row]
+    took = scheduling.decomposition == "heuristic"
+    assert took == (twin > finer * 1.03)
+    if took:
+        assert config.threadblock[:2] == (128, 256) and config.tile_scheduler == "streamk"
+        assert plans._runs_twin(problem, None)   # the range key says so too (sm90_choice.runs_tail_twin)
+
+
+def test_the_pick_s_own_tile_in_other_clusters_is_not_replaced_by_its_twin():
+    # 18944 x 512: 128x256 in 4x1 clusters (the cluster rule's pick); its 2x1 twin is unmeasured there
+    problem = _problem(18944, 512, 28672)
+    assert sm90_choice.resolve(problem, None)[0].cluster == (4, 1, 1)

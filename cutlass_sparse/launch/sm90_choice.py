@@ -56,6 +56,8 @@ def resolve(problem: Problem, config: SparseGemmConfig | None, choice=None) -> t
             return _fitted(p, twin_of(config), given), TAIL_TWIN
     elif config is None:
         tile, splits = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, p.split_k, p.element, p.element_out)
+        if p.split_k is None:
+            tile = twin_tile_instead(p, tile) or tile
         config = entries.config(tile, p.element, p.element_out, p.layout_b, alignment_b, alignment_c, p.element_x)
         config = run_order(p, config)
         twin = tail_twin(p, config) if p.split_k is None else None
@@ -110,17 +112,56 @@ def runs_tail_twin(problem: Problem) -> bool:
     microseconds (plans.range_key asks at every new N)."""
     p = problem
     tile, _ = selection.choose_sm90(p.m, p.n, p.k, p.sm_count, None, p.element, p.element_out)
-    if not selection.has_tail_twin(tile[0], tile[3], tile[4], tile[5], p.element):
-        return False
+    if twin_tile_instead(p, tile) is not None:
+        return True
+    return selection.has_tail_twin(tile[0], tile[3], tile[4], tile[5], p.element) and _tile_twin_gain(p, tile) > 0
+
+
+def twin_tile_instead(problem: Problem, tile):
+    """A catalog tile whose stream-K twin runs at this N and is predicted faster than the
+    persistent kernel of `tile` (selection's pick, chosen for N's range), or None: the cost
+    rule (selection.sm90_tile_cost, at this N) over the twin's predicted gain. Where a finer
+    tile was picked for its last wave, the 128x256 tile's twin may split that wave instead
+    (e4m3 3072x2048x28672: 128x128x256 1596 TFLOP/s, 128x256x128's twin 1935,
+    docs/probe_streamk_8bit_h100_session34_call2.log). The rule undercounts how much more
+    the 128x256 tile does per flop, so it errs toward the tile selection picked. Only for
+    another tile shape: the pick's own tile in other clusters (128x256 in 4x1) was chosen
+    by the cluster rule, measured, and its twin's is not."""
+    p = problem
+    if selection.has_tail_twin(tile[0], tile[3], tile[4], tile[5], p.element):
+        return None   # the pick's own twin, where it gains (tail_twin)
+    best, least = None, selection.sm90_tile_cost(tile[0], tile[3], 1, p.m, p.n, p.k, p.sm_count)
+    family = catalog.load(catalog.for_element(FAMILY, p.element))
+    for other in family.tiles:
+        if not (other[0] != tile[0] and selection.has_tail_twin(other[0], other[3], other[4], other[5], p.element)
+                and family.allows(other, p.element, p.element_out or p.element)
+                and family.takes(other, p.m, p.n, p.k, p.sm_count)):
+            continue
+        gain = _tile_twin_gain(p, other)
+        cost = gain and selection.sm90_tile_cost(other[0], other[3], 1, p.m, p.n, p.k, p.sm_count) / gain
+        if gain and cost < least:
+            best, least = other, cost
+    return best
+
+
+def _tile_twin_gain(problem: Problem, tile) -> float:
+    """The predicted gain of a tile's stream-K twin over its persistent kernel at this problem,
+    in its own swizzle and raster order, where it runs (at least TAIL_GAIN); else 0."""
     shape = _Tile(tile[0], tile[3])
-    swizzle = run_swizzle(p, shape)
-    return _twin_gains(p, tile[0], tile[3], swizzle, run_raster(p, shape, swizzle))
+    swizzle = run_swizzle(problem, shape)
+    gain = _twin_gain(problem, tile[0], tile[3], swizzle, run_raster(problem, shape, swizzle))
+    return gain if gain >= selection.TAIL_GAIN else 0.0
 
 
 def _twin_gains(problem: Problem, threadblock, cluster, swizzle: int, raster: int) -> bool:
+    return _twin_gain(problem, threadblock, cluster, swizzle, raster) >= selection.TAIL_GAIN
+
+
+def _twin_gain(problem: Problem, threadblock, cluster, swizzle: int, raster: int) -> float:
+    """The twin's predicted gain where CUTLASS's scheduler splits this problem's last wave, else 0."""
     split, waves = splits_tail(problem, threadblock, cluster, swizzle, raster)
     item = dtypes.numpy_dtype(problem.element).itemsize
-    return split and selection.tail_split_gain(waves, problem.k, item) >= selection.TAIL_GAIN
+    return selection.tail_split_gain(waves, problem.k, item) if split else 0.0
 
 
 def splits_tail(problem: Problem, threadblock, cluster, swizzle: int, raster: int = 0) -> tuple[bool, float]:

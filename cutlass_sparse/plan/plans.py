@@ -83,8 +83,9 @@ def _runs_twin(problem: Problem, choice) -> bool:
 def shares_kernel(plan: Sm90Plan, problem: Problem) -> bool:
     """Whether `problem`, another N of an sm90 plan's range, runs the plan's kernel (not
     where one of them runs the tile's stream-K twin and the other does not)."""
-    if (plan.config.threadblock, plan.config.cluster) not in selection.TAIL_TWINS:
+    if plan.config.element not in selection.TAIL_TWIN_INPUTS:
         return True
+    # (a twin of another tile may run some N of a range: sm90_choice.twin_tile_instead)
     return range_key(problem, *plan.asked) == range_key(plan.problem, *plan.asked)
 
 
