@@ -23,6 +23,22 @@ def dequantized_reference(sw, xq, x_scales, w_bytes):
     return decode_e4m3(xq, x_scales[:, None]) @ decode_e4m3(w_bytes, sw.scales[:, None]).T
 
 
+def quantized_layer(m, n, k, w_seed):
+    """(sw, xq, x_scales, the dequantized operands' product) of a 2:4 [m, k] weight and n
+    tokens of x, both quantized to e4m3."""
+    import cupy
+
+    from cutlass_sparse import reference
+    from cutlass_sparse.formats.quantize import quantize_e4m3
+
+    w = weight(m, k, seed=w_seed)
+    sw = cs.quantize_fp8(w)
+    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
+    x = cupy.random.default_rng(n).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
+    xq, x_scales = cs.quantize_activations_fp8(x)
+    return sw, xq, x_scales, dequantized_reference(sw, xq, x_scales, w_bytes)
+
+
 def weight(m, k, seed):
     import cupy
 
@@ -136,15 +152,10 @@ def test_fp8_output_for_a_following_fp8_layer(shape):
     import cupy
 
     from cutlass_sparse import reference
-    from cutlass_sparse.formats.quantize import E4M3_MAX, decode_e4m3, quantize_e4m3
+    from cutlass_sparse.formats.quantize import E4M3_MAX, decode_e4m3
 
     m, n, k = shape
-    w = weight(m, k, seed=5)
-    sw = cs.quantize_fp8(w)
-    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
-    x = cupy.random.default_rng(n).standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
-    xq, x_scales = cs.quantize_activations_fp8(x)
-    ref = dequantized_reference(sw, xq, x_scales, w_bytes)
+    sw, xq, x_scales, ref = quantized_layer(m, n, k, w_seed=5)
     out_scale = float(cupy.abs(ref).max()) / E4M3_MAX
     y = cs.linear_fp8(xq, x_scales, sw, out_dtype="e4m3", out_scale=out_scale)
     assert y.dtype == cupy.uint8 and y.shape == (n, m)
@@ -308,18 +319,10 @@ def test_a_part_empty_last_wave_runs_the_fp8_stream_k_twin_where_it_gains(shape)
     128x256x128 tile's stream-K twin (selection.TAIL_TWINS, the 8-bit rule), 1792 (1.91 waves:
     CUTLASS would not split the tail) the persistent kernel; each result checked, three calls
     each (the second and third take Params by value on the stream's shared workspace)."""
-    import cupy
-
     from cutlass_sparse import reference
-    from cutlass_sparse.formats.quantize import quantize_e4m3
 
     m, tokens, k = shape
-    w = weight(m, k, seed=11)
-    sw = cs.quantize_fp8(w)
-    w_bytes, _ = quantize_e4m3(reference.to_float32(w), axis=1)
-    x = cupy.random.default_rng(tokens).standard_normal((tokens, k), dtype=cupy.float32).astype(cupy.float16)
-    xq, x_scales = cs.quantize_activations_fp8(x)
-    ref = dequantized_reference(sw, xq, x_scales, w_bytes)
+    sw, xq, x_scales, ref = quantized_layer(m, tokens, k, w_seed=11)
     for _ in range(3):
         info = {}
         y = cs.linear_fp8(xq, x_scales, sw, info=info)
