@@ -235,7 +235,7 @@ def test_a_range_of_two_kernels_builds_ahead_for_each_on_its_own_first_call(monk
             return {p.n: Plan(p) for p in problems}
 
     mapped = {"twin": False}   # the persistent kernel has run here; the twin has not
-    monkeypatch.setattr(plans, "shares_kernel", lambda plan, q: kernel_of(q.n) == plan.compiled.key)
+    monkeypatch.setattr(plans, "sharing", lambda plan, qs: [q for q in qs if kernel_of(q.n) == plan.compiled.key])
     monkeypatch.setattr(plans, "at_hand", lambda problem, config=None: Plan(problem, mapped.get(kernel_of(problem.n), True)))
     monkeypatch.setattr(plans, "get", lambda problem, config=None: Plan(problem))
     monkeypatch.setattr(eager, "_capturing", lambda: False)
@@ -287,7 +287,7 @@ def test_two_threads_at_a_class_first_call_build_its_range_once(monkeypatch):
             pass
         return real_claim(klass, plan)
 
-    monkeypatch.setattr(plans, "shares_kernel", lambda plan, q: True)
+    monkeypatch.setattr(plans, "sharing", lambda plan, qs: list(qs))
     monkeypatch.setattr(eager, "_capturing", lambda: False)
     monkeypatch.setattr(eager, "_claim", claim_together)
     eager.clear()

@@ -344,3 +344,24 @@ def test_the_pick_s_own_tile_in_other_clusters_is_not_replaced_by_its_twin():
     # 18944 x 512: 128x256 in 4x1 clusters (the cluster rule's pick); its 2x1 twin is unmeasured there
     problem = _problem(18944, 512, 28672)
     assert sm90_choice.resolve(problem, None)[0].cluster == (4, 1, 1)
+
+
+def test_a_recorded_twin_keys_its_range_as_make_does(monkeypatch):
+    """make puts the choice's split (1) into the problem before keying it: the twin flag must
+    still tell a recorded twin's N that split from those that do not (review M2), and the
+    eager path's build-ahead must find the N that share a recorded plan's kernel (review M1)."""
+    from types import SimpleNamespace
+
+    from cutlass_sparse.profiler import tune
+
+    twin = next(c for c in tune.profiled_choices(_problem(4608, 2048, 8192)) if c.twin and not c.swizzle)
+
+    def as_made(problem):
+        return dataclasses.replace(problem, split_k=twin.split_k, split_k_mode=twin.split_k_mode)
+
+    splits, whole = _problem(4608, 2048, 8192), _problem(4608, 1536, 8192)
+    assert plans.range_key(as_made(splits), None, twin) != plans.range_key(as_made(whole), None, twin)
+    plan = SimpleNamespace(config=SimpleNamespace(element="f16"), asked=(None, twin), problem=as_made(splits))
+    others = [_problem(4608, n, 8192) for n in (1536, 1792, 1800, 2040)]
+    assert [q.n for q in plans.sharing(plan, others)] == [1800, 2040]   # their tails split, as 2048's
+    assert all(q.split_k is None for q in plans.sharing(plan, others))   # the caller's problems, as given

@@ -221,7 +221,7 @@ def _build_ahead(fast_key: tuple, entry: Entry, klass: tuple | None) -> None:
     others = [v for v in range(selection.n_range_start(n), selection.n_range(n) + 1)
               if v != n and (v % 8 == 0) == (n % 8 == 0) and (v == 1) == (n == 1)]
     problems = [_with_n(problem, v) for v in others[:AHEAD]]
-    same = [q for q in problems if plans.shares_kernel(plan, q)]
+    same = plans.sharing(plan, problems)
     built = plan.build_ahead(same)
     shared = {q.n for q in same}
     rest = [q for q in problems if q.n not in shared]

@@ -106,6 +106,7 @@ class _Tile(NamedTuple):
     cluster: tuple
 
 
+@functools.lru_cache(maxsize=4096)
 def runs_tail_twin(problem: Problem) -> bool:
     """Whether the heuristic's kernel for this problem (at the kernel's N: kernel_n) is the
     stream-K twin: resolve's decision without building a configuration, which costs tens of

@@ -69,7 +69,8 @@ def _runs_twin(problem: Problem, choice) -> bool:
     """Whether the heuristic's kernel, or the profiler's choice, is the stream-K twin at this
     N, decided at the kernel's N as the plan decides it."""
     p = problem
-    if p.split_k is not None or (choice is not None and not choice.twin):
+    # (under a choice, make has put the choice's split in the problem: the choice decides)
+    if (choice is None and p.split_k is not None) or (choice is not None and (not choice.twin or choice.split_k > 1)):
         return False
     kernel_problem = p.with_(n=sm90_choice.kernel_n(p))
     try:
@@ -80,13 +81,15 @@ def _runs_twin(problem: Problem, choice) -> bool:
         return False
 
 
-def shares_kernel(plan: Sm90Plan, problem: Problem) -> bool:
-    """Whether `problem`, another N of an sm90 plan's range, runs the plan's kernel (not
-    where one of them runs the tile's stream-K twin and the other does not)."""
+def sharing(plan: Sm90Plan, problems) -> list[Problem]:
+    """Those of `problems`, other N of an sm90 plan's range, that run the plan's kernel (not
+    where one of them runs a stream-K twin and the other does not: the tile's own, or
+    another tile's, sm90_choice.twin_tile_instead)."""
+    problems = list(problems)
     if plan.config.element not in selection.TAIL_TWIN_INPUTS:
-        return True
-    # (a twin of another tile may run some N of a range: sm90_choice.twin_tile_instead)
-    return range_key(problem, *plan.asked) == range_key(plan.problem, *plan.asked)
+        return problems
+    ours = range_key(plan.problem, *plan.asked)   # (plan.problem is as make keyed it)
+    return [q for q in problems if made_key(q, *plan.asked) == ours]
 
 
 def at_hand(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Plan | Sm90Plan | None:
@@ -106,7 +109,7 @@ def make(problem: Problem, config: SparseGemmConfig | None = None, choice=None) 
     if choice is not None:
         problem = dataclasses.replace(problem, split_k=choice.split_k, split_k_mode=choice.split_k_mode)
     if problem.family == "sm90":
-        key = range_key(problem, config, choice)
+        key = range_key(problem, config, choice)   # (made_key: the choice's split is in problem now)
         # listing what a plan would ask for (kernels.first_asked) asks, whatever is remembered
         kernel = None if kernels.asking() else _range_kernels.get(key)
         plan = Sm90Plan(problem, config, choice, kernel)
@@ -122,8 +125,16 @@ def make(problem: Problem, config: SparseGemmConfig | None = None, choice=None) 
 def known(problem: Problem) -> bool:
     """Whether a default plan for problem is at hand, or an sm90 kernel for its N range
     (either way its kernel is compiled and loaded)."""
-    return (problem, None) in _plans or (problem.family == "sm90" and
-                                         range_key(problem, None, recorded_choice(problem, None)) in _range_kernels)
+    if (problem, None) in _plans:
+        return True
+    return problem.family == "sm90" and made_key(problem, None, recorded_choice(problem, None)) in _range_kernels
+
+
+def made_key(problem: Problem, config: SparseGemmConfig | None, choice) -> tuple:
+    """range_key as make keys a problem: with a profiler choice's split in it."""
+    if choice is not None:
+        problem = dataclasses.replace(problem, split_k=choice.split_k, split_k_mode=choice.split_k_mode)
+    return range_key(problem, config, choice)
 
 
 def get(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Plan | Sm90Plan:

@@ -26,6 +26,7 @@ def kernels(rows):
     out = {}
     for dtype, shape in rows:
         problem = problem_for(dtype, *shape)
+        sm90_choice.resolve.cache_clear()   # (resolve keeps its answers: the patched one must not reuse them)
         with mock.patch.object(sm90_choice, "twin_tile_instead", lambda p, tile: None):
             before = sm90_choice.resolve(problem, None)
         sm90_choice.resolve.cache_clear()   # (resolve keeps its answers)
