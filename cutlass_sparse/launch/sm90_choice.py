@@ -95,8 +95,8 @@ def tail_twin(problem: Problem, config: SparseGemmConfig) -> SparseGemmConfig | 
     if not selection.has_tail_twin(config.threadblock, config.cluster, config.schedule, config.tile_scheduler,
                                    config.element):
         return None
-    return twin_of(config) if _twin_gains(problem, config.threadblock, config.cluster, config.swizzle,
-                                          config.raster) else None
+    gain = _twin_gain(problem, config.threadblock, config.cluster, config.swizzle, config.raster)
+    return twin_of(config) if gain >= selection.TAIL_GAIN else None
 
 
 class _Tile(NamedTuple):
@@ -152,10 +152,6 @@ def _tile_twin_gain(problem: Problem, tile) -> float:
     swizzle = run_swizzle(problem, shape)
     gain = _twin_gain(problem, tile[0], tile[3], swizzle, run_raster(problem, shape, swizzle))
     return gain if gain >= selection.TAIL_GAIN else 0.0
-
-
-def _twin_gains(problem: Problem, threadblock, cluster, swizzle: int, raster: int) -> bool:
-    return _twin_gain(problem, threadblock, cluster, swizzle, raster) >= selection.TAIL_GAIN
 
 
 def _twin_gain(problem: Problem, threadblock, cluster, swizzle: int, raster: int) -> float:

@@ -106,10 +106,9 @@ def at_hand(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Pla
 
 def make(problem: Problem, config: SparseGemmConfig | None = None, choice=None) -> Sm80Plan | Sm90Plan:
     """A new family plan: for `config`, else the profiler `choice` (tile and split), else the heuristic's."""
-    if choice is not None:
-        problem = dataclasses.replace(problem, split_k=choice.split_k, split_k_mode=choice.split_k_mode)
+    problem = _as_made(problem, choice)
     if problem.family == "sm90":
-        key = range_key(problem, config, choice)   # (made_key: the choice's split is in problem now)
+        key = range_key(problem, config, choice)
         # listing what a plan would ask for (kernels.first_asked) asks, whatever is remembered
         kernel = None if kernels.asking() else _range_kernels.get(key)
         plan = Sm90Plan(problem, config, choice, kernel)
@@ -132,9 +131,14 @@ def known(problem: Problem) -> bool:
 
 def made_key(problem: Problem, config: SparseGemmConfig | None, choice) -> tuple:
     """range_key as make keys a problem: with a profiler choice's split in it."""
-    if choice is not None:
-        problem = dataclasses.replace(problem, split_k=choice.split_k, split_k_mode=choice.split_k_mode)
-    return range_key(problem, config, choice)
+    return range_key(_as_made(problem, choice), config, choice)
+
+
+def _as_made(problem: Problem, choice) -> Problem:
+    """The problem as make plans it: a profiler choice brings its own split."""
+    if choice is None:
+        return problem
+    return dataclasses.replace(problem, split_k=choice.split_k, split_k_mode=choice.split_k_mode)
 
 
 def get(problem: Problem, config: SparseGemmConfig | None = None) -> Sm80Plan | Sm90Plan:
