@@ -6,23 +6,45 @@ landed, a conversion finished) from calls on any thread, so it asks in relaxed m
 capture on the asking thread's own stream must still not ask at all: callers check that.)"""
 from __future__ import annotations
 
+import contextlib
+
 _exchange = None
 
 
-def done(event) -> bool:
-    """event.done (a CuPy Event), asked in relaxed capture mode."""
+def _exchanger():
+    """The function that swaps this thread's capture mode (the driver's per-thread mode, which
+    the runtime's calls obey), made once."""
     global _exchange
     if _exchange is None:
         from cuda.bindings import driver
 
-        relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        relaxed_mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 
-        def exchange(mode=relaxed):   # the driver's per-thread mode, which the runtime's calls obey
+        def exchange(mode=relaxed_mode):
             return driver.cuThreadExchangeStreamCaptureMode(mode)[1]
 
         _exchange = exchange
-    previous = _exchange()
+    return _exchange
+
+
+def done(event) -> bool:
+    """event.done (a CuPy Event), asked in relaxed capture mode (no context manager: eager
+    calls ask this)."""
+    exchange = _exchange or _exchanger()
+    previous = exchange()
     try:
         return event.done
     finally:
-        _exchange(previous)
+        exchange(previous)
+
+
+@contextlib.contextmanager
+def relaxed():
+    """This thread in relaxed capture mode for the block: its potentially unsafe calls (a
+    module load, say) break no capture."""
+    exchange = _exchange or _exchanger()
+    previous = exchange()
+    try:
+        yield
+    finally:
+        exchange(previous)

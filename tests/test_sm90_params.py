@@ -177,3 +177,22 @@ def test_an_evicted_template_keeps_its_copy_until_it_lands(monkeypatch):
     first.landed_yet = True
     sm90_params._keep(("d",), sm90_params.Template(landed, 0, 8))
     assert first not in sm90_params._in_flight
+
+
+def test_params_that_kept_a_tma_recipe_never_launch():
+    """A setup that lost its nonce to another one running at once leaves a TMA recipe (its
+    mark in the descriptor's first word, where the pointer map has the address) instead of
+    an encoded descriptor: such Params are refused (session 35's illegal instruction). A
+    recipe's mark left in padding, which no pointer word covers, is not a descriptor."""
+    from cutlass_sparse.launch import tma
+
+    layout = (8, 4, 11, None, 20)
+    run_setup = fake_setup(layout)
+    offsets = sm90_params.find_pointer_map(run_setup, 5, 0x7F0000000000)
+    good = run_setup((0x1000, 0x2000, 0x3000, 0x4000, 0x5000))
+    assert sm90_params.encoded(good, offsets)
+    mark = struct.pack("<Q", tma.MAGIC)
+    in_padding = good[:8 * 6] + mark + good[8 * 7:]
+    assert sm90_params.encoded(in_padding, offsets)
+    for word in (4, 20):   # b's and d's descriptors left as recipes
+        assert not sm90_params.encoded(good[:8 * word] + mark + good[8 * word + 8:], offsets)

@@ -26,8 +26,8 @@ from ..build import kernels
 from ..describe import dtypes
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
-from . import (device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare, sm90_setup,
-               stream_workspaces)
+from . import (device, graphs, modules, pdl, retiring, setup_order, sm90_metadata, sm90_params, sm90_prepare,
+               sm90_setup, stream_workspaces)
 from .sm90_choice import FAMILY, TMA_ALIGN, kernel_n, resolve, run_order, staged, tma_ready
 from .sm90_ready import Ready
 from .sm90_staged import StagedRuns
@@ -286,6 +286,10 @@ class Sm90Plan(StagedRuns):
             params_bytes = made.arrived(stream) if offsets and made else None
             if params_bytes is None:
                 return None
+            if not sm90_params.encoded(params_bytes, offsets):   # never launched: a setup would again
+                self._templates.pop(nulls, None)
+                sm90_params.discard(self._host_key(pointers, scales))
+                return None
             host = self._host_params[nulls] = sm90_params.HostParams(params_bytes, offsets)   # kept by the plan
         prepared = self._prepared(pointers)
         if not prepared.workspace_bytes:   # (a stream-K map's workspace words: null, as the kernel reads none)
@@ -358,15 +362,32 @@ class Sm90Plan(StagedRuns):
                      workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured, stream.ptr,
                      shared_workspace=shared)
 
-    def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
+    def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS,
+                      ahead: bool = False) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)
-        for these pointers to params_ptr."""
+        for these pointers to params_ptr (ahead: build-ahead's, see queue_setup)."""
         block = self._setup_arguments(pointers, params_ptr, self._prepared(pointers).templates.data.ptr,
                                       workspace=0 if workspace is None else workspace.data.ptr, scales=scales)
+        self.queue_setup(block, stream, ahead)
+
+    def queue_setup(self, block, stream=None, ahead: bool = False) -> None:
+        """Queue the setup entry with this argument block on `stream` (default: the current
+        one): build-ahead's (ahead) and a graph's in copies of the module of their own, any
+        other after the module's last setup on another stream. Two setups of one module must
+        never overlap (setup_order)."""
+        import cupy
+
+        stream = stream or cupy.cuda.get_current_stream()
+        device_id, symbol = self.problem.device_id, f"{self.compiled.symbol}_setup"
+        copy = setup_order.AHEAD if ahead else setup_order.CAPTURED if graphs.capturing(stream.ptr) else 0
+        if copy:
+            self.loaded.function(device_id, symbol, copy=copy)((1, 1, 1), (1, 1, 1), (block,), 0, stream)
+            return
         setup = self._setup
         if setup is None:   # the loaded entry, looked up once per plan
-            setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
-        setup((1, 1, 1), (1, 1, 1), (block,), 0, stream)
+            setup = self._setup = self.loaded.function(device_id, symbol)
+        setup_order.queue((self.compiled.key, device_id), stream,
+                          lambda: setup((1, 1, 1), (1, 1, 1), (block,), 0, stream))
 
     @property
     def pointers_mapped(self) -> bool:

@@ -26,7 +26,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import events
-from . import graphs, torch_memory
+from . import graphs, tma, torch_memory
 
 # The scaled epilogue's run-time vectors, as pointers: row scales, column scales, row bias
 # (0: absent; a scale then reads as 1, the bias as 0).
@@ -183,6 +183,21 @@ def request(key: tuple, params, stream) -> None:
     _keep(key, Template(Copy(params, stream), 0, params.nbytes))
 
 
+def encoded(params_bytes: bytes, offsets: tuple[tuple[int, ...], ...]) -> bool:
+    """Whether every mapped pointer word of these Params holds a pointer, not the mark of a
+    TMA recipe the setup left unencoded (a setup that lost its nonce to another one running
+    at once: setup_order). Params that fail must never launch: a TMA load from a recipe is an
+    illegal instruction, which ends the process's CUDA context."""
+    return all(_WORD.unpack_from(params_bytes, offset)[0] != tma.MAGIC for words in offsets for offset in words)
+
+
+def discard(key: tuple) -> None:
+    """Forget the host copy kept under `key` (Params that must not launch): the next setup of
+    that shape brings a new one."""
+    with _lock:
+        _templates.pop(key, None)
+
+
 class HostParams:
     """A kernel's Params for one shape on the host, patched with a call's pointers into a
     record the GEMM entry takes by value (the driver copies kernel arguments at the launch:
@@ -245,15 +260,14 @@ def map_pointers(plan, templates, scaled: bool, stream_k: bool = False) -> tuple
     import cupy
 
     count = WORKSPACE + 1 if stream_k else POINTERS if scaled else 5
-    compiled, device_id = plan.compiled, plan.problem.device_id
+    compiled = plan.compiled
 
     def run_setup(pointers):
         params = cupy.zeros(compiled.constants["params_bytes"], dtype=cupy.uint8)
         block = plan._setup_arguments(pointers[:5], params.data.ptr, templates.data.ptr,
                                       workspace=pointers[WORKSPACE] if stream_k else 0,
                                       scales=pointers[5:POINTERS] if scaled else NO_VECTORS)
-        plan.loaded.launch(device_id, (1, 1, 1), (block,), symbol=f"{compiled.symbol}_setup", threads=1,
-                           shared_bytes=0)
+        plan.queue_setup(block)
         return params.get().tobytes()
 
     scratch = cupy.empty(256, dtype=cupy.uint8)   # stand-in addresses: the setup never reads them
@@ -303,7 +317,7 @@ def build_ahead(plan, problems) -> dict:
             if wanted:
                 params = cupy.empty(slot * len(wanted), dtype=cupy.uint8)
                 for i, (other, _) in enumerate(wanted):
-                    other._write_params(stand_in, params.data.ptr + i * slot, None, stream)
+                    other._write_params(stand_in, params.data.ptr + i * slot, None, stream, ahead=True)
                 copy = Copy(params, stream)
                 for i, (other, key) in enumerate(wanted):
                     _keep(key, Template(copy, i * slot, nbytes))

@@ -118,8 +118,7 @@ def on_device(plan, pointers) -> Prepared:
     info_out = cupy.zeros(len(INFO_FIELDS), dtype=cupy.int64)
     recipes = cupy.zeros(16 * 128, dtype=cupy.uint8)
     block = plan._setup_arguments(pointers, params.data.ptr, 0, recipes.data.ptr, info_out.data.ptr)
-    plan.loaded.launch(plan.problem.device_id, (1, 1, 1), (block,), symbol=f"{symbol}_setup", threads=1,
-                       shared_bytes=0)
+    plan.queue_setup(block)
     info = dict(zip(INFO_FIELDS, (int(v) for v in info_out.get())))   # synchronizes
     k = plan.kernel_problem
     problem = f"{k.m}x{k.n}x{k.k}"

@@ -11,7 +11,11 @@ This probe runs setups of one kernel on two streams at once, each with its own n
 buffers, and counts the setups whose slot count or recipes are wrong (mode "recipes",
 as sm90_prepare.on_device), and the Params that still hold a recipe after encoding
 (mode "encode", as build_ahead and every call of a stream-K kernel). The same setups on
-one stream are the control. Run from the repository root."""
+one stream are the control. Session 35: "ordered" queues them as the library now does
+(Sm90Plan.queue_setup, launch.setup_order); --shapes picks the kernels (the 128x256x64 ones
+load the nonce thousands of instructions after storing it). Run from the repository root:
+python scripts/device/probe_setup_race.py [--shapes f16:4608x1792x4096:row,...] [--rounds 400]"""
+import argparse
 import sys
 from pathlib import Path
 
@@ -33,8 +37,9 @@ extern "C" __global__ void spin(long long cycles) {
 MAGIC = np.uint64(0x50435241544D5343)   # cutlass_sparse_tma::kMagic
 
 
-def run(plan, ptr, rounds: int, streams, templates) -> tuple[int, int]:
-    """(setups whose recipes/slots are wrong, Params left holding a recipe) of 2*rounds setups."""
+def run(plan, ptr, rounds: int, streams, templates, ordered=False) -> tuple[int, int]:
+    """(setups whose recipes/slots are wrong, Params left holding a recipe) of 2*rounds setups
+    (ordered: queued through Sm90Plan.queue_setup, as the library does)."""
     nbytes = plan.compiled.constants["params_bytes"]
     count = rounds * 2
     params = cupy.zeros((count, -(-nbytes // 128) * 128), dtype=cupy.uint8)
@@ -49,7 +54,11 @@ def run(plan, ptr, rounds: int, streams, templates) -> tuple[int, int]:
         with streams[i % len(streams)]:
             block = plan._setup_arguments((ptr,) * 5, params[i].data.ptr, templates,
                                           recipes[i].data.ptr, info[i].data.ptr)
-            plan.loaded.launch(plan.problem.device_id, (1, 1, 1), (block,), symbol=symbol, threads=1, shared_bytes=0)
+            if ordered:
+                plan.queue_setup(block)
+            else:
+                plan.loaded.launch(plan.problem.device_id, (1, 1, 1), (block,), symbol=symbol, threads=1,
+                                   shared_bytes=0)
     cupy.cuda.Device().synchronize()
     slots = info.get()[:, sm90_prepare.INFO_FIELDS.index("tma_slots")]
     expected = int(np.bincount(slots).argmax())
@@ -66,20 +75,28 @@ def run(plan, ptr, rounds: int, streams, templates) -> tuple[int, int]:
     return wrong, left
 
 
-def main(rounds=400):
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="f16:4096x64x4096:col,f16:4608x1792x4096:row,bf16:4608x2048x4096:row")
+    parser.add_argument("--rounds", type=int, default=400)
+    args = parser.parse_args()
     scratch = cupy.empty(256, dtype=cupy.uint8)
     ptr = scratch.data.ptr
-    config = plans.get(Problem.contiguous("sm90", 4096, 64, 4096, layout_b="col")).config
-    plan = Sm90Plan(Problem.contiguous("sm90", 4096, 64, 4096, layout_b="col"), config)
-    prepared = sm90_prepare.on_device(plan, (ptr,) * 5)
-    print(f"kernel {config.name}: {prepared.templates.size // 128} TMA slots", flush=True)
     one = [cupy.cuda.Stream(non_blocking=True)]
     two = [cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)]
-    for mode, templates in (("recipes", 0), ("encode", prepared.templates.data.ptr)):
-        for label, streams in (("one stream", one), ("two streams", two)):
-            wrong, left = run(plan, ptr, rounds, streams, templates)
-            print(f"{mode:8s} {label:12s}: {wrong} of {2 * rounds} setups found wrong slots; "
-                  f"{left} Params left holding a recipe", flush=True)
+    for shape in args.shapes.split(","):
+        element, mnk, layout = shape.split(":")
+        m, n, k = map(int, mnk.split("x"))
+        problem = Problem.contiguous("sm90", m, n, k, element=element, layout_b=layout)
+        plan = Sm90Plan(problem, plans.get(problem).config)
+        prepared = sm90_prepare.on_device(plan, (ptr,) * 5)
+        print(f"{shape} kernel {plan.config.name}: {prepared.templates.size // 128} TMA slots", flush=True)
+        for mode, templates in (("recipes", 0), ("encode", prepared.templates.data.ptr)):
+            for label, streams, ordered in (("one stream", one, False), ("two streams", two, False),
+                                            ("two, ordered", two, True)):
+                wrong, left = run(plan, ptr, args.rounds, streams, templates, ordered)
+                print(f"{mode:8s} {label:13s}: {wrong} of {2 * args.rounds} setups found wrong slots; "
+                      f"{left} Params left holding a recipe", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,95 @@
+"""Setups of one sm90 kernel on several streams at once (launch.setup_order), on the GPU. The
+setup entry hands its nonce to CuTe's TMA recipe hook through a variable of its module; two
+setups of one module running at once took each other's nonce, left raw recipes in Params, and
+the GEMM reading them stopped with an illegal instruction (session 35). Each setup here is held
+behind a spinning kernel on its stream, so that without the order they would run together.
+Marked gpu."""
+import numpy as np
+import pytest
+
+from cutlass_sparse.describe.problem import Problem
+from cutlass_sparse.launch import sm90_params
+from cutlass_sparse.plan import plans
+
+pytestmark = pytest.mark.gpu
+
+# The tail twin's kernel (128x256x64 2x1, stream-K): its setup stores the nonce and loads it
+# back thousands of instructions later; unordered, 10 of 400 setups on two streams left a
+# recipe (docs/probe_setup_race_h200_session35.log).
+SHAPE = dict(m=4608, n=2048, k=4096)
+SETUPS = 200
+
+
+def _sm90_or_skip():
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
+
+
+def _spin(cupy, streams, cycles=50_000_000):
+    """Hold each stream's queue a while, so what is queued behind it on each starts together."""
+    kernel = cupy.RawKernel(r"""
+extern "C" __global__ void spin(long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < cycles) { }
+}""", "spin")
+    for stream in streams:
+        with stream:
+            kernel((1,), (1,), (np.int64(cycles),))
+
+
+def _plan_and_map(element):
+    import cupy
+
+    plan = plans.get(Problem.contiguous("sm90", SHAPE["m"], SHAPE["n"], SHAPE["k"], element=element))
+    scratch = cupy.empty(256, dtype=cupy.uint8)
+    plan._prepared((scratch.data.ptr,) * 5)   # the kernel's first setup: templates and pointer map
+    offsets = sm90_params.pointer_maps.get((plan.compiled.key, plan.problem.device_id))
+    assert offsets, f"{plan.config.name}: no pointer map ({sm90_params.failures})"
+    return plan, offsets, scratch
+
+
+def _unencoded(cupy, params, nbytes, offsets) -> int:
+    host = params.get()
+    return sum(not sm90_params.encoded(host[i, :nbytes].tobytes(), offsets) for i in range(len(host)))
+
+
+@pytest.mark.parametrize("element", ["f16", "bf16"])
+def test_setups_on_two_streams_at_once_each_encode_their_descriptors(element):
+    import cupy
+
+    _sm90_or_skip()
+    plan, offsets, scratch = _plan_and_map(element)
+    assert "128x256x64" in plan.config.name, plan.config.name
+    nbytes = plan.compiled.constants["params_bytes"]
+    params = cupy.zeros((SETUPS, -(-nbytes // 256) * 256), dtype=cupy.uint8)
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+    cupy.cuda.Device().synchronize()
+    _spin(cupy, streams)
+    for i in range(SETUPS):   # the library's own path for a call's Params
+        plan._write_params((scratch.data.ptr,) * 5, params[i].data.ptr, None, streams[i % 2])
+    cupy.cuda.Device().synchronize()
+    assert _unencoded(cupy, params, nbytes, offsets) == 0
+
+
+def test_build_ahead_beside_a_calls_setups_encodes_both():
+    """build-ahead's setups (its side stream, its own copy of the module) while the call's
+    stream runs setups of the same kernel: every Params of both encoded."""
+    import cupy
+
+    _sm90_or_skip()
+    plan, offsets, scratch = _plan_and_map("f16")
+    nbytes = plan.compiled.constants["params_bytes"]
+    main = cupy.cuda.Stream(non_blocking=True)
+    side = sm90_params._side_stream(plan.problem.device_id)
+    params = cupy.zeros((SETUPS, -(-nbytes // 256) * 256), dtype=cupy.uint8)
+    ahead = cupy.zeros((SETUPS, -(-nbytes // 256) * 256), dtype=cupy.uint8)
+    cupy.cuda.Device().synchronize()
+    _spin(cupy, [main, side])
+    for i in range(SETUPS):
+        plan._write_params((scratch.data.ptr,) * 5, params[i].data.ptr, None, main)
+        plan._write_params((scratch.data.ptr,) * 5, ahead[i].data.ptr, None, side, ahead=True)
+    cupy.cuda.Device().synchronize()
+    assert _unencoded(cupy, params, nbytes, offsets) == 0
+    assert _unencoded(cupy, ahead, nbytes, offsets) == 0
