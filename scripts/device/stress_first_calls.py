@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def forget() -> None:
@@ -44,10 +45,9 @@ def main() -> int:
     import cupy
 
     if args.unordered:
-        from cutlass_sparse.launch import setup_order
+        from unordered import take_away_setup_order
 
-        setup_order.AHEAD = 0
-        setup_order.queue = lambda key, stream, launch: launch()
+        take_away_setup_order()
 
     import cutlass_sparse as cs
     import gpu_cases
