@@ -93,3 +93,38 @@ def test_build_ahead_beside_a_calls_setups_encodes_both():
     cupy.cuda.Device().synchronize()
     assert _unencoded(cupy, params, nbytes, offsets) == 0
     assert _unencoded(cupy, ahead, nbytes, offsets) == 0
+
+
+def test_setups_captured_on_two_forked_streams_in_torchs_global_mode():
+    """A torch graph (global capture mode) whose capture forks onto a second stream, each
+    stream's call launching a setup (split_k: Params from the device, new buffers): the setups
+    run in the captured copy of the module, ordered within the graph by an event recorded in
+    the capture; every replay gives both results."""
+    torch = pytest.importorskip("torch")
+    import cutlass_sparse as cs
+
+    _sm90_or_skip()
+    g = torch.Generator(device="cuda").manual_seed(91)
+    m, k, n = 1024, 2048, 256
+    w = cs.prune_2to4(torch.randn(m, k, device="cuda", generator=g).half())
+    sw = cs.compress(w)
+    xs = [torch.randn(k, n, device="cuda", generator=g).half() for _ in range(3)]
+    outs = [torch.zeros(m, n, device="cuda", dtype=torch.half) for _ in range(3)]
+    cs.matmul(sw, xs[0], out=outs[0], split_k=2)   # the plan and the kernel's first setup, eagerly
+    torch.cuda.synchronize()
+    main, side = torch.cuda.Stream(), torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=main):
+        cs.matmul(sw, xs[1], out=outs[1], split_k=2)
+        side.wait_stream(main)   # the fork
+        with torch.cuda.stream(side):
+            cs.matmul(sw, xs[2], out=outs[2], split_k=2)
+        main.wait_stream(side)   # the join
+    for _ in range(3):
+        outs[1].zero_()
+        outs[2].zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        for x, out in zip(xs[1:], outs[1:]):
+            ref = w.float() @ x.float()
+            assert float((out.float() - ref).norm() / ref.norm()) < 2e-3

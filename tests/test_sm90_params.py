@@ -196,3 +196,40 @@ def test_params_that_kept_a_tma_recipe_never_launch():
     assert sm90_params.encoded(in_padding, offsets)
     for word in (4, 20):   # b's and d's descriptors left as recipes
         assert not sm90_params.encoded(good[:8 * word] + mark + good[8 * word + 8:], offsets)
+
+
+def test_a_plan_refuses_host_params_that_kept_a_recipe(monkeypatch):
+    """Sm90Plan._from_host with an arrived copy whose descriptor word holds a recipe's mark:
+    no launch (None), nothing kept, and the copy forgotten (plan and table) so the shape's
+    next setup brings a new one."""
+    import types
+
+    from cutlass_sparse.launch import tma
+    from cutlass_sparse.launch.sm90 import NO_VECTORS, Sm90Plan
+
+    layout = (8, 4, 11, None, 20)
+    run_setup = fake_setup(layout)
+    offsets = sm90_params.find_pointer_map(run_setup, 5, 0x7F0000000000)
+    good = run_setup((0x1000, 0x2000, 0x3000, 0x4000, 0x5000))
+    bad = good[:8 * 4] + struct.pack("<Q", tma.MAGIC) + good[8 * 5:]
+
+    class Arrived:
+        def __init__(self, params):
+            self.params = params
+
+        def arrived(self, stream=None):
+            return self.params
+
+    plan = Sm90Plan.__new__(Sm90Plan)
+    plan.compiled, plan.problem = types.SimpleNamespace(key="kernel"), types.SimpleNamespace(device_id=0)
+    plan._block_key, plan._host_params, plan._templates = b"block", {}, {}
+    pointers = (0x10, 0x20, 0x30, 0x40, 0x50)
+    monkeypatch.setattr(sm90_params, "pointer_maps", {("kernel", 0): offsets})
+    monkeypatch.setattr(sm90_params, "_templates", sm90_params.OrderedDict())
+    key = plan._host_key(pointers, NO_VECTORS)
+    sm90_params._templates[key] = Arrived(bad)
+    plan.expect_host_params(pointers, NO_VECTORS, Arrived(bad))
+    refused = sm90_params.refused
+    assert plan._from_host(pointers, NO_VECTORS, None) is None
+    assert plan._host_params == {} and plan._templates == {} and key not in sm90_params._templates
+    assert sm90_params.refused == refused + 1

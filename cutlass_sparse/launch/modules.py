@@ -35,12 +35,12 @@ class LoadedKernel:
         if func is None:
             import cupy
 
-            with self._lock, cupy.cuda.Device(device_id):
+            # a first use may come inside a capture (another thread's, in global mode)
+            with self._lock, cupy.cuda.Device(device_id), events.relaxed():
                 module = self._modules.get((device_id, copy))
                 if module is None:
                     module = cupy.cuda.function.Module()
-                    with events.relaxed():   # a first use may come inside another thread's capture
-                        module.load(self.compiled.cubin)
+                    module.load(self.compiled.cubin)
                     self._modules[device_id, copy] = module
                 func = module.get_function(symbol)
                 if shared_bytes:

@@ -104,7 +104,7 @@ class Sm90Plan(StagedRuns):
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
         self._block_key = bytes(self._block)   # with its pointer fields zero: what Params depend on besides pointers
-        self._gemm = self._setup = self._prepared_value = self._placeholder = None
+        self._gemm = self._prepared_value = self._placeholder = None
         self._agains: dict[tuple, pdl.Again] = {}   # launch_direct's repeated launches (keep_again)
         # host copies of Params by which pointers are null (_from_host), and those on their way
         self._host_params: dict[tuple, sm90_params.HostParams] = {}
@@ -372,22 +372,11 @@ class Sm90Plan(StagedRuns):
 
     def queue_setup(self, block, stream=None, ahead: bool = False) -> None:
         """Queue the setup entry with this argument block on `stream` (default: the current
-        one): build-ahead's (ahead) and a graph's in copies of the module of their own, any
-        other after the module's last setup on another stream. Two setups of one module must
-        never overlap (setup_order)."""
+        one; ahead: build-ahead's). Two setups of one module must never run at once: the
+        module copy and the order are setup_order's."""
         import cupy
 
-        stream = stream or cupy.cuda.get_current_stream()
-        device_id, symbol = self.problem.device_id, f"{self.compiled.symbol}_setup"
-        copy = setup_order.AHEAD if ahead else setup_order.CAPTURED if graphs.capturing(stream.ptr) else 0
-        if copy:
-            self.loaded.function(device_id, symbol, copy=copy)((1, 1, 1), (1, 1, 1), (block,), 0, stream)
-            return
-        setup = self._setup
-        if setup is None:   # the loaded entry, looked up once per plan
-            setup = self._setup = self.loaded.function(device_id, symbol)
-        setup_order.queue((self.compiled.key, device_id), stream,
-                          lambda: setup((1, 1, 1), (1, 1, 1), (block,), 0, stream))
+        setup_order.queue(self.loaded, self.problem.device_id, stream or cupy.cuda.get_current_stream(), block, ahead)
 
     @property
     def pointers_mapped(self) -> bool:

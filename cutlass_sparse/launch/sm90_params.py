@@ -191,11 +191,16 @@ def encoded(params_bytes: bytes, offsets: tuple[tuple[int, ...], ...]) -> bool:
     return all(_WORD.unpack_from(params_bytes, offset)[0] != tma.MAGIC for words in offsets for offset in words)
 
 
+refused = 0   # host copies discarded as unencoded (for probes: scripts/device/stress_first_calls.py)
+
+
 def discard(key: tuple) -> None:
     """Forget the host copy kept under `key` (Params that must not launch): the next setup of
     that shape brings a new one."""
+    global refused
     with _lock:
         _templates.pop(key, None)
+        refused += 1
 
 
 class HostParams:

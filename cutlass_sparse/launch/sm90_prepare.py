@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 
 from ..emit.sm90 import INFO_FIELDS, SETUP_SCALED, setup_layout
-from . import grid, sm90_params, tma
+from . import grid, setup_order, sm90_params, tma
 from .sm90_choice import TAIL_TWIN
 
 
@@ -120,6 +120,7 @@ def on_device(plan, pointers) -> Prepared:
     block = plan._setup_arguments(pointers, params.data.ptr, 0, recipes.data.ptr, info_out.data.ptr)
     plan.queue_setup(block)
     info = dict(zip(INFO_FIELDS, (int(v) for v in info_out.get())))   # synchronizes
+    setup_order.preload(plan.loaded, plan.problem.device_id)
     k = plan.kernel_problem
     problem = f"{k.m}x{k.n}x{k.k}"
     if not info["can_implement"]:

@@ -81,10 +81,15 @@ def main() -> int:
                         return 1
             rounds += 1
     except Exception as error:   # a CUDA error: where it surfaced
-        print(f"{args.tag} ERROR at {where} after {rounds} rounds, {calls} calls: {type(error).__name__}: {error}",
-              flush=True)
+        from cutlass_sparse.launch import sm90_params
+
+        print(f"{args.tag} ERROR at {where} after {rounds} rounds, {calls} calls: {type(error).__name__}: {error}; "
+              f"{sm90_params.refused} host Params refused as unencoded before it", flush=True)
         return 3
-    print(f"{args.tag} ok: {rounds} rounds, {calls} calls in {time.perf_counter() - t0:.0f} s", flush=True)
+    from cutlass_sparse.launch import sm90_params
+
+    print(f"{args.tag} ok: {rounds} rounds, {calls} calls in {time.perf_counter() - t0:.0f} s; "
+          f"{sm90_params.refused} host Params refused as unencoded", flush=True)
     return 0
 
 
