@@ -280,3 +280,40 @@ def test_a_graph_reads_its_own_bias_vector_not_a_kept_one():
     ref = torch.relu(x.float() @ w.float().T + bias.float())
     assert float((y.float() - ref).norm() / ref.norm()) < 2e-2
     del junk
+
+
+def test_a_kernels_first_use_on_the_device_inside_a_torch_capture(monkeypatch):
+    """The first setup of a kernel on a device reads CUTLASS's recipes back (it synchronizes);
+    where that first use comes inside a capture (torch's global mode; a cold kernel that lands
+    mid-capture, say), the readback runs on a stream of its own in relaxed mode, and the
+    captured call replays right (session 35's stress: a D2H copy refused inside a capture)."""
+    torch = pytest.importorskip("torch")
+    from cutlass_sparse.launch import sm90_params, sm90_prepare
+
+    _sm90_or_skip()
+    g = torch.Generator(device="cuda").manual_seed(93)
+    w = cs.prune_2to4(torch.randn(4096, 4096, device="cuda", generator=g).half())
+    sw = cs.compress(w)
+    x = torch.randn(4096, 4096, device="cuda", generator=g).half()
+    out = torch.zeros(4096, 4096, device="cuda", dtype=torch.half)
+    # as in a new process: no kernel has had its first setup on this device
+    monkeypatch.setattr(sm90_prepare, "_templates", {})
+    monkeypatch.setattr(sm90_prepare, "_prepared", {})
+    monkeypatch.setattr(sm90_prepare, "_stream_k_confirmed", set())
+    monkeypatch.setattr(sm90_params, "pointer_maps", {})
+    plans.clear()
+    eager.clear()
+    try:
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
+            cs.matmul(sw, x, out=out)
+        ref = w.float() @ x.float()
+        for _ in range(2):
+            out.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            assert float((out.float() - ref).norm() / ref.norm()) < 2e-3
+    finally:   # plans made around the tables this test replaced go with them
+        plans.clear()
+        eager.clear()

@@ -10,7 +10,8 @@ import threading
 from dataclasses import dataclass
 
 from ..emit.sm90 import INFO_FIELDS, SETUP_SCALED, setup_layout
-from . import grid, setup_order, sm90_params, tma
+from .. import events
+from . import graphs, grid, setup_order, sm90_params, tma
 from .sm90_choice import TAIL_TWIN
 
 
@@ -110,7 +111,32 @@ def _prepare(plan, pointers) -> Prepared:
 
 def on_device(plan, pointers) -> Prepared:
     """Run the setup leaving CuTe's TMA recipes, check what CUTLASS reports (and that the
-    host's grid agrees), and encode the recipes into descriptor templates. Synchronizes."""
+    host's grid agrees), and encode the recipes into descriptor templates. Synchronizes: on
+    a stream of its own, in relaxed capture mode, where the current stream captures a graph
+    (a kernel's first use inside a capture: a cold kernel that lands mid-capture, say)."""
+    import cupy
+
+    if graphs.capturing(cupy.cuda.get_current_stream().ptr):
+        with events.relaxed(), _off_capture_stream(plan.problem.device_id):
+            return _on_device(plan, pointers)
+    return _on_device(plan, pointers)
+
+
+_off_capture: dict[int, object] = {}
+
+
+def _off_capture_stream(device_id: int):
+    """A non-blocking stream per device for the readbacks a capture cannot hold."""
+    stream = _off_capture.get(device_id)
+    if stream is None:
+        import cupy
+
+        with cupy.cuda.Device(device_id):
+            stream = _off_capture.setdefault(device_id, cupy.cuda.Stream(non_blocking=True))
+    return stream
+
+
+def _on_device(plan, pointers) -> Prepared:
     import cupy
 
     symbol = plan.compiled.symbol
