@@ -84,6 +84,13 @@ def _wait_released(count: int) -> bool:
     return False
 
 
+def _torch_weight(torch, seed: int, m: int, k: int):
+    """(generator, a pruned f16 torch weight [m, k], its compressed form), from `seed`."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w = cs.prune_2to4(torch.randn(m, k, device="cuda", generator=g).half())
+    return g, w, cs.compress(w)
+
+
 def _sm90_or_skip():
     import cupy
 
@@ -257,9 +264,7 @@ def test_a_graph_reads_its_own_bias_vector_not_a_kept_one():
     torch = pytest.importorskip("torch")
 
     _sm90_or_skip()
-    g = torch.Generator(device="cuda").manual_seed(82)
-    w = cs.prune_2to4(torch.randn(256, 512, device="cuda", generator=g).half())
-    sw = cs.compress(w)
+    g, w, sw = _torch_weight(torch, 82, 256, 512)
     x = torch.randn(7, 512, device="cuda", generator=g).half()
     bias, other = (torch.randn(256, device="cuda", generator=g).half() for _ in range(2))
     stream = torch.cuda.Stream()
@@ -291,9 +296,7 @@ def test_a_kernels_first_use_on_the_device_inside_a_torch_capture(monkeypatch):
     from cutlass_sparse.launch import sm90_params, sm90_prepare
 
     _sm90_or_skip()
-    g = torch.Generator(device="cuda").manual_seed(93)
-    w = cs.prune_2to4(torch.randn(4096, 4096, device="cuda", generator=g).half())
-    sw = cs.compress(w)
+    g, w, sw = _torch_weight(torch, 93, 4096, 4096)
     x = torch.randn(4096, 4096, device="cuda", generator=g).half()
     out = torch.zeros(4096, 4096, device="cuda", dtype=torch.half)
     # as in a new process: no kernel has had its first setup on this device
