@@ -25,7 +25,7 @@ def test_the_first_setup_reads_back_off_a_capturing_stream(monkeypatch, capturin
     monkeypatch.setattr(cupy.cuda, "get_current_stream", lambda: types.SimpleNamespace(ptr=0x10))
     monkeypatch.setattr(sm90_prepare.graphs, "capturing", lambda ptr: capturing and ptr == 0x10)
     monkeypatch.setattr(sm90_prepare.events, "relaxed", lambda: entering("relaxed"))
-    monkeypatch.setattr(sm90_prepare, "_off_capture_stream", lambda device_id: entering(f"stream {device_id}"))
+    monkeypatch.setattr(sm90_prepare.device, "side_stream", lambda device_id: entering(f"stream {device_id}"))
     monkeypatch.setattr(sm90_prepare, "_on_device", lambda plan, pointers: entered.append("readback") or "prepared")
     plan = types.SimpleNamespace(problem=types.SimpleNamespace(device_id=3))
     assert sm90_prepare.on_device(plan, (0,) * 5) == "prepared"

@@ -279,7 +279,7 @@ def test_a_range_builds_ahead_for_both_its_kernels(monkeypatch):
 
     from cutlass_sparse.api import eager
     from cutlass_sparse.describe.problem import Problem
-    from cutlass_sparse.launch import sm90, sm90_params, sm90_prepare
+    from cutlass_sparse.launch import device, sm90, sm90_params, sm90_prepare
     from cutlass_sparse.plan import plans
 
     _sm90_or_skip()
@@ -307,7 +307,7 @@ def test_a_range_builds_ahead_for_both_its_kernels(monkeypatch):
     original = sm90.Sm90Plan._build
 
     def counted(plan, pointers, workspace, stream=None, scales=(0, 0, 0)):
-        if stream is not sm90_params._side_streams.get(0):   # a build ahead runs there
+        if stream is not device._side_streams.get(0):   # a build ahead runs there
             builds.append(plan.problem.n)
         return original(plan, pointers, workspace, stream, scales)
 

@@ -51,8 +51,10 @@ namespace cutlass_sparse_tma {
 static constexpr unsigned long long kMagic = 0x50435241544D5343ull;
 // The setup launch that writes a recipe (its argument's nonce, set before CuTe runs): a
 // setup tells its own recipes from stale ones that an earlier setup left in local memory,
-// which Params' padding can hold.
-__device__ unsigned int recipe_nonce;
+// which Params' padding can hold. In shared memory, so that setups of one module running at
+// once on two streams each keep their own (the setup is one thread of one block); a
+// `__device__` variable was one per module, and two setups overwrote each other's nonce.
+__shared__ unsigned int recipe_nonce;
 template <class T> CUTE_HOST_DEVICE constexpr unsigned char data_type() {
   // CUtensorMapDataType values (cuda.h), for the types CUTLASS's sparse kernels move.
   if constexpr (cute::is_same_v<T, uint8_t> || cute::is_same_v<T, int8_t> ||

@@ -1,5 +1,5 @@
 """Facts about a CUDA device, asked once per device (CuPy's attribute calls cost tens of
-microseconds, a call's whole budget)."""
+microseconds, a call's whole budget), and its side stream."""
 from __future__ import annotations
 
 import functools
@@ -31,3 +31,18 @@ def sm90_target(arch: str, device_id: int = 0) -> str:
         raise ValueError(f"the sm90 kernel family needs a compute capability 9.0 GPU; device {device_id} "
                          f"is {arch}: use family='sm80' (compress(..., layout='sm80'))")
     return "sm_90a"
+
+
+_side_streams: dict[int, object] = {}
+
+
+def side_stream(device_id: int):
+    """A non-blocking stream per device for work no call waits on (sm90_params.build_ahead)
+    and for the readbacks a capture cannot hold (sm90_prepare.on_device)."""
+    stream = _side_streams.get(device_id)
+    if stream is None:
+        import cupy
+
+        with cupy.cuda.Device(device_id):
+            stream = _side_streams.setdefault(device_id, cupy.cuda.Stream(non_blocking=True))
+    return stream

@@ -24,30 +24,29 @@ class LoadedKernel:
     def __init__(self, compiled: CompiledKernel):
         self.compiled = compiled
         self._functions: dict[tuple[int, str], object] = {}
-        self._modules: dict[tuple[int, int], object] = {}   # keep each device's modules alive
+        self._modules: dict[int, object] = {}   # keep each device's module alive
         self._entries: dict[int, object] = {}
         self._lock = threading.Lock()
 
-    def function(self, device_id: int, symbol: str, shared_bytes: int = 0, copy: int = 0):
-        """An entry of the device's module, or of another copy of it (copy > 0: a module of
-        its own, with its own `__device__` variables; launch.setup_order says why)."""
-        func = self._functions.get((device_id, symbol, copy))
+    def function(self, device_id: int, symbol: str, shared_bytes: int = 0):
+        """An entry of the device's module (loaded at its first use there)."""
+        func = self._functions.get((device_id, symbol))
         if func is None:
             import cupy
 
             # a first use may come inside a capture (another thread's, in global mode)
             with self._lock, cupy.cuda.Device(device_id), events.relaxed():
-                module = self._modules.get((device_id, copy))
+                module = self._modules.get(device_id)
                 if module is None:
                     module = cupy.cuda.function.Module()
                     module.load(self.compiled.cubin)
-                    self._modules[device_id, copy] = module
+                    self._modules[device_id] = module
                 func = module.get_function(symbol)
                 if shared_bytes:
                     driver = cupy.cuda.driver
                     driver.funcSetAttribute(func.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                             shared_bytes)
-                self._functions[(device_id, symbol, copy)] = func
+                self._functions[(device_id, symbol)] = func
         return func
 
     def entry(self, device_id: int):

@@ -26,7 +26,7 @@ from ..build import kernels
 from ..describe import dtypes
 from ..describe.description import SparseGemmConfig
 from ..describe.problem import Operand, Problem
-from . import (device, graphs, modules, pdl, retiring, setup_order, sm90_metadata, sm90_params, sm90_prepare,
+from . import (device, graphs, modules, pdl, retiring, sm90_metadata, sm90_params, sm90_prepare,
                sm90_setup, stream_workspaces)
 from .sm90_choice import FAMILY, TMA_ALIGN, kernel_n, resolve, run_order, staged, tma_ready
 from .sm90_ready import Ready
@@ -104,7 +104,7 @@ class Sm90Plan(StagedRuns):
         self._lock = threading.Lock()   # plans are shared between threads
         self._block = self._setup_block()
         self._block_key = bytes(self._block)   # with its pointer fields zero: what Params depend on besides pointers
-        self._gemm = self._prepared_value = self._placeholder = None
+        self._gemm = self._setup = self._prepared_value = self._placeholder = None
         self._agains: dict[tuple, pdl.Again] = {}   # launch_direct's repeated launches (keep_again)
         # host copies of Params by which pointers are null (_from_host), and those on their way
         self._host_params: dict[tuple, sm90_params.HostParams] = {}
@@ -362,21 +362,21 @@ class Sm90Plan(StagedRuns):
                      workspace, (prepared.barrier_offset, prepared.barrier_bytes), params, captured, stream.ptr,
                      shared_workspace=shared)
 
-    def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS,
-                      ahead: bool = False) -> None:
+    def _write_params(self, pointers, params_ptr: int, workspace=None, stream=None, scales=NO_VECTORS) -> None:
         """Queue the setup entry writing this problem's Params (with encoded TMA descriptors)
-        for these pointers to params_ptr (ahead: build-ahead's, see queue_setup)."""
+        for these pointers to params_ptr."""
         block = self._setup_arguments(pointers, params_ptr, self._prepared(pointers).templates.data.ptr,
                                       workspace=0 if workspace is None else workspace.data.ptr, scales=scales)
-        self.queue_setup(block, stream, ahead)
+        self.queue_setup(block, stream)
 
-    def queue_setup(self, block, stream=None, ahead: bool = False) -> None:
+    def queue_setup(self, block, stream=None) -> None:
         """Queue the setup entry with this argument block on `stream` (default: the current
-        one; ahead: build-ahead's). Two setups of one module must never run at once: the
-        module copy and the order are setup_order's."""
-        import cupy
-
-        setup_order.queue(self.loaded, self.problem.device_id, stream or cupy.cuda.get_current_stream(), block, ahead)
+        one). Setups of one kernel may run at once on any streams: each keeps its launch's
+        nonce in its own block's shared memory (emit.nvrtc_headers.RECIPE_HOOK)."""
+        setup = self._setup
+        if setup is None:   # the loaded entry, looked up once per plan
+            setup = self._setup = self.loaded.function(self.problem.device_id, f"{self.compiled.symbol}_setup")
+        setup((1, 1, 1), (1, 1, 1), (block,), 0, stream)
 
     @property
     def pointers_mapped(self) -> bool:

@@ -26,7 +26,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import events
-from . import graphs, tma, torch_memory
+from . import device, graphs, tma, torch_memory
 
 # The scaled epilogue's run-time vectors, as pointers: row scales, column scales, row bias
 # (0: absent; a scale then reads as 1, the bias as 0).
@@ -185,8 +185,8 @@ def request(key: tuple, params, stream) -> None:
 
 def encoded(params_bytes: bytes, offsets: tuple[tuple[int, ...], ...]) -> bool:
     """Whether every mapped pointer word of these Params holds a pointer, not the mark of a
-    TMA recipe the setup left unencoded (a setup that lost its nonce to another one running
-    at once: setup_order). Params that fail must never launch: a TMA load from a recipe is an
+    TMA recipe the setup left unencoded (before session 36 a setup could lose its nonce to
+    another one running at once: emit.nvrtc_headers.RECIPE_HOOK). Params that fail must never launch: a TMA load from a recipe is an
     illegal instruction, which ends the process's CUDA context."""
     return all(_WORD.unpack_from(params_bytes, offset)[0] != tma.MAGIC for words in offsets for offset in words)
 
@@ -294,19 +294,19 @@ def build_ahead(plan, problems) -> dict:
     launch would)."""
     import cupy
 
-    device = plan.problem.device_id
-    with cupy.cuda.Device(device):
-        if (plan.compiled.key, device) not in pointer_maps:
+    device_id = plan.problem.device_id
+    with cupy.cuda.Device(device_id):
+        if (plan.compiled.key, device_id) not in pointer_maps:
             scratch = cupy.empty(256, dtype=cupy.uint8)
             plan._prepared((scratch.data.ptr,) * 5)
-        if not pointer_maps.get((plan.compiled.key, device)):
+        if not pointer_maps.get((plan.compiled.key, device_id)):
             return {}
         made, wanted = {}, []
         nbytes = plan.compiled.constants["params_bytes"]
         slot = -(-nbytes // _SLOT) * _SLOT
-        stream = _side_stream(device)
+        stream = device.side_stream(device_id)
         # in a torch call, its allocator: blocks taken for the side stream, not torch's
-        with stream, torch_memory.for_stream(device, stream.ptr):
+        with stream, torch_memory.for_stream(device_id, stream.ptr):
             scratch = cupy.empty(256, dtype=cupy.uint8)
             stand_in = (scratch.data.ptr,) * 5
             for problem in problems:
@@ -322,23 +322,10 @@ def build_ahead(plan, problems) -> dict:
             if wanted:
                 params = cupy.empty(slot * len(wanted), dtype=cupy.uint8)
                 for i, (other, _) in enumerate(wanted):
-                    other._write_params(stand_in, params.data.ptr + i * slot, None, stream, ahead=True)
+                    other._write_params(stand_in, params.data.ptr + i * slot, None, stream)
                 copy = Copy(params, stream)
                 for i, (other, key) in enumerate(wanted):
                     _keep(key, Template(copy, i * slot, nbytes))
                     other.expect_host_params(stand_in, NO_VECTORS, template(key))
     return made
-
-
-_side_streams: dict[int, object] = {}
-
-
-def _side_stream(device_id: int):
-    """A non-blocking stream per device for work no call waits on (build_ahead)."""
-    stream = _side_streams.get(device_id)
-    if stream is None:
-        import cupy
-
-        stream = _side_streams.setdefault(device_id, cupy.cuda.Stream(non_blocking=True))
-    return stream
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..emit.sm90 import INFO_FIELDS, SETUP_SCALED, setup_layout
 from .. import events
-from . import graphs, grid, setup_order, sm90_params, tma
+from . import device, graphs, grid, sm90_params, tma
 from .sm90_choice import TAIL_TWIN
 
 
@@ -117,23 +117,9 @@ def on_device(plan, pointers) -> Prepared:
     import cupy
 
     if graphs.capturing(cupy.cuda.get_current_stream().ptr):
-        with events.relaxed(), _off_capture_stream(plan.problem.device_id):
+        with events.relaxed(), device.side_stream(plan.problem.device_id):
             return _on_device(plan, pointers)
     return _on_device(plan, pointers)
-
-
-_off_capture: dict[int, object] = {}
-
-
-def _off_capture_stream(device_id: int):
-    """A non-blocking stream per device for the readbacks a capture cannot hold."""
-    stream = _off_capture.get(device_id)
-    if stream is None:
-        import cupy
-
-        with cupy.cuda.Device(device_id):
-            stream = _off_capture.setdefault(device_id, cupy.cuda.Stream(non_blocking=True))
-    return stream
 
 
 def _on_device(plan, pointers) -> Prepared:
@@ -146,7 +132,6 @@ def _on_device(plan, pointers) -> Prepared:
     block = plan._setup_arguments(pointers, params.data.ptr, 0, recipes.data.ptr, info_out.data.ptr)
     plan.queue_setup(block)
     info = dict(zip(INFO_FIELDS, (int(v) for v in info_out.get())))   # synchronizes
-    setup_order.preload(plan.loaded, plan.problem.device_id)
     k = plan.kernel_problem
     problem = f"{k.m}x{k.n}x{k.k}"
     if not info["can_implement"]:

@@ -45,14 +45,8 @@ def main():
     parser.add_argument("--setup-params", action="store_true",
                         help="as before session 33: no pointer map for the twin, so its launches read Params "
                              "its setup writes (a setup per new N or new pointers)")
-    parser.add_argument("--unordered", action="store_true",
-                        help="as before session 35: setups of one module on two streams may overlap (A/B)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    if args.unordered:
-        from unordered import take_away_setup_order
-
-        take_away_setup_order()
     if args.setup_params:
         from cutlass_sparse.launch import sm90_params
 

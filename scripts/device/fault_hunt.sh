@@ -2,8 +2,8 @@
 # Hunt the intermittent illegal instruction (GPU machine, after gpu_session.sh's warm step):
 # GPU core dumps on, then STRESS_PROCS processes of stress_first_calls.py for STRESS_SECONDS,
 # then the GPU tests SUITES times (4 workers, as gpu_session.sh runs them), then SANITIZE_SECONDS
-# of the stress script under compute-sanitizer memcheck. STRESS_ARGS go to each stress process
-# (--unordered: the setups as they were before session 35). Any core dump is read with cuda-gdb:
+# of the stress script under compute-sanitizer memcheck. STRESS_ARGS go to each stress process.
+# Any core dump is read with cuda-gdb:
 # which kernel faulted, where, and why ($OUT/cores.log).
 #   RUNS="bash scripts/device/fault_hunt.sh" SKIP_TESTS=1 bash scripts/device/detached.sh start
 OUT=${OUT:-/tmp/fault_hunt}; mkdir -p "$OUT" /tmp/cores

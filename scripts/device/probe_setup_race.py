@@ -11,9 +11,10 @@ This probe runs setups of one kernel on two streams at once, each with its own n
 buffers, and counts the setups whose slot count or recipes are wrong (mode "recipes",
 as sm90_prepare.on_device), and the Params that still hold a recipe after encoding
 (mode "encode", as build_ahead and every call of a stream-K kernel). The same setups on
-one stream are the control. Session 35: "ordered" queues them as the library now does
-(Sm90Plan.queue_setup, launch.setup_order); --shapes picks the kernels (the 128x256x64 ones
-load the nonce thousands of instructions after storing it). Run from the repository root:
+one stream are the control. Since session 36 the nonce is in the setup block's shared memory
+(emit.nvrtc_headers.RECIPE_HOOK): two streams should find what one does. --shapes picks the
+kernels (the 128x256x64 ones load the nonce thousands of instructions after storing it).
+Run from the repository root:
 python scripts/device/probe_setup_race.py [--shapes f16:4608x1792x4096:row,...] [--rounds 400]"""
 import argparse
 import sys
@@ -37,15 +38,14 @@ extern "C" __global__ void spin(long long cycles) {
 MAGIC = np.uint64(0x50435241544D5343)   # cutlass_sparse_tma::kMagic
 
 
-def run(plan, ptr, rounds: int, streams, templates, ordered=False) -> tuple[int, int]:
-    """(setups whose recipes/slots are wrong, Params left holding a recipe) of 2*rounds setups
-    (ordered: queued through Sm90Plan.queue_setup, as the library does)."""
+def run(plan, ptr, rounds: int, streams, templates) -> tuple[int, int]:
+    """(setups whose recipes/slots are wrong, Params left holding a recipe) of 2*rounds setups,
+    queued as the library queues them (Sm90Plan.queue_setup)."""
     nbytes = plan.compiled.constants["params_bytes"]
     count = rounds * 2
     params = cupy.zeros((count, -(-nbytes // 128) * 128), dtype=cupy.uint8)
     info = cupy.zeros((count, len(sm90_prepare.INFO_FIELDS)), dtype=cupy.int64)
     recipes = cupy.zeros((count, 16 * 128), dtype=cupy.uint8)
-    symbol = f"{plan.compiled.symbol}_setup"
     cupy.cuda.Device().synchronize()
     for stream in streams:   # hold each stream's queue until all are queued: they then run at once
         with stream:
@@ -54,11 +54,7 @@ def run(plan, ptr, rounds: int, streams, templates, ordered=False) -> tuple[int,
         with streams[i % len(streams)]:
             block = plan._setup_arguments((ptr,) * 5, params[i].data.ptr, templates,
                                           recipes[i].data.ptr, info[i].data.ptr)
-            if ordered:
-                plan.queue_setup(block)
-            else:
-                plan.loaded.launch(plan.problem.device_id, (1, 1, 1), (block,), symbol=symbol, threads=1,
-                                   shared_bytes=0)
+            plan.queue_setup(block)
     cupy.cuda.Device().synchronize()
     slots = info.get()[:, sm90_prepare.INFO_FIELDS.index("tma_slots")]
     expected = int(np.bincount(slots).argmax())
@@ -92,9 +88,8 @@ def main():
         prepared = sm90_prepare.on_device(plan, (ptr,) * 5)
         print(f"{shape} kernel {plan.config.name}: {prepared.templates.size // 128} TMA slots", flush=True)
         for mode, templates in (("recipes", 0), ("encode", prepared.templates.data.ptr)):
-            for label, streams, ordered in (("one stream", one, False), ("two streams", two, False),
-                                            ("two, ordered", two, True)):
-                wrong, left = run(plan, ptr, args.rounds, streams, templates, ordered)
+            for label, streams in (("one stream", one), ("two streams", two)):
+                wrong, left = run(plan, ptr, args.rounds, streams, templates)
                 print(f"{mode:8s} {label:13s}: {wrong} of {2 * args.rounds} setups found wrong slots; "
                       f"{left} Params left holding a recipe", flush=True)
 

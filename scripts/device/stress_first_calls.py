@@ -39,15 +39,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=90)
     parser.add_argument("--tag", default="")
-    parser.add_argument("--unordered", action="store_true",
-                        help="as before session 35: setups of one module on two streams may overlap")
     args = parser.parse_args()
     import cupy
-
-    if args.unordered:
-        from unordered import take_away_setup_order
-
-        take_away_setup_order()
 
     import cutlass_sparse as cs
     import gpu_cases

@@ -1,21 +1,22 @@
-"""Setups of one sm90 kernel on several streams at once (launch.setup_order), on the GPU. The
-setup entry hands its nonce to CuTe's TMA recipe hook through a variable of its module; two
-setups of one module running at once took each other's nonce, left raw recipes in Params, and
-the GEMM reading them stopped with an illegal instruction (session 35). Each setup here is held
-behind a spinning kernel on its stream, so that without the order they would run together.
-Marked gpu."""
+"""Setups of one sm90 kernel on several streams at once, on the GPU. The setup entry hands its
+launch's nonce to CuTe's TMA recipe hook; while the nonce was a `__device__` variable of the
+module, two setups running at once took each other's nonce, left raw recipes in Params, and the
+GEMM reading them stopped with an illegal instruction (sessions 32-35; with the variable, these
+tests failed 5 of 5 runs). Since session 36 the nonce is in the setup block's shared memory
+(emit.nvrtc_headers.RECIPE_HOOK) and setups are not ordered at all. Each setup here is held
+behind a spinning kernel on its stream, so that they run together. Marked gpu."""
 import numpy as np
 import pytest
 
 from cutlass_sparse.describe.problem import Problem
-from cutlass_sparse.launch import sm90_params
+from cutlass_sparse.launch import device, sm90_params
 from cutlass_sparse.plan import plans
 
 pytestmark = pytest.mark.gpu
 
 # The tail twin's kernel (128x256x64 2x1, stream-K): its setup stores the nonce and loads it
-# back thousands of instructions later; unordered, 10 of 400 setups on two streams left a
-# recipe (docs/probe_setup_race_h200_session35.log).
+# back thousands of instructions later; with the nonce a module variable, 10 of 400 setups on two
+# streams left a recipe (docs/probe_setup_race_h200_session35.log).
 SHAPE = dict(m=4608, n=2048, k=4096)
 SETUPS = 200
 
@@ -74,22 +75,22 @@ def test_setups_on_two_streams_at_once_each_encode_their_descriptors(element):
 
 
 def test_build_ahead_beside_a_calls_setups_encodes_both():
-    """build-ahead's setups (its side stream, its own copy of the module) while the call's
-    stream runs setups of the same kernel: every Params of both encoded."""
+    """build-ahead's setups (the device's side stream) while the call's stream runs setups of
+    the same kernel: every Params of both encoded."""
     import cupy
 
     _sm90_or_skip()
     plan, offsets, scratch = _plan_and_map("f16")
     nbytes = plan.compiled.constants["params_bytes"]
     main = cupy.cuda.Stream(non_blocking=True)
-    side = sm90_params._side_stream(plan.problem.device_id)
+    side = device.side_stream(plan.problem.device_id)
     params = cupy.zeros((SETUPS, -(-nbytes // 256) * 256), dtype=cupy.uint8)
     ahead = cupy.zeros((SETUPS, -(-nbytes // 256) * 256), dtype=cupy.uint8)
     cupy.cuda.Device().synchronize()
     _spin(cupy, [main, side])
     for i in range(SETUPS):
         plan._write_params((scratch.data.ptr,) * 5, params[i].data.ptr, None, main)
-        plan._write_params((scratch.data.ptr,) * 5, ahead[i].data.ptr, None, side, ahead=True)
+        plan._write_params((scratch.data.ptr,) * 5, ahead[i].data.ptr, None, side)
     cupy.cuda.Device().synchronize()
     assert _unencoded(cupy, params, nbytes, offsets) == 0
     assert _unencoded(cupy, ahead, nbytes, offsets) == 0
@@ -97,9 +98,8 @@ def test_build_ahead_beside_a_calls_setups_encodes_both():
 
 def test_setups_captured_on_two_forked_streams_in_torchs_global_mode():
     """A torch graph (global capture mode) whose capture forks onto a second stream, each
-    stream's call launching a setup (split_k: Params from the device, new buffers): the setups
-    run in the captured copy of the module, ordered within the graph by an event recorded in
-    the capture; every replay gives both results."""
+    stream's call launching a setup (split_k: Params from the device, new buffers): the two
+    captured setups may run at once at every replay; every replay gives both results."""
     torch = pytest.importorskip("torch")
     import cutlass_sparse as cs
 
