@@ -213,7 +213,9 @@ def planned_configs(problems) -> list[tuple[object, str]]:
 def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     """(kernel, arch) for everything scripts/device/gpu_session.sh runs: the GPU tests, the
     split-K sweep, the benchmark, the profiler tables and the host-overhead script. Compiled
-    on the CPU machine and carried, so device time is not spent compiling."""
+    on the CPU machine and carried, so device time is not spent compiling. The tests' kernels
+    come first, the benchmark's and the 8-bit sweep's last: a warm-up cut short (a time limit)
+    still serves the tests."""
     import importlib.util
 
     from cutlass_sparse.describe.problem import Problem
@@ -236,9 +238,8 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
         choices = records.candidates(family, k)
         items = tune.candidate_configs(choices, Problem.contiguous(family, m, n, k, sm_count=sm_count))
         (sm80_items if family == "sm80" else sm90_items).extend(items)
-    for dtype in DTYPES:   # scripts/bench.py
-        for m, n, k in script("bench.py").DEFAULT_SHAPES + script("bench.py").LLM_SHAPES:
-            sm90_items.append(selection_config(m, n, k, dtype, "sm90", sm_count))
+    bench = [selection_config(m, n, k, dtype, "sm90", sm_count) for dtype in DTYPES   # scripts/bench.py
+             for m, n, k in script("bench.py").DEFAULT_SHAPES + script("bench.py").LLM_SHAPES]
     for family in ("sm80", "sm90"):   # scripts/host_overhead.py, scripts/run_gemm.py
         for m, n, k in ((128, 64, 128), (4096, 4096, 4096), (8192, 8192, 8192), (14336, 16, 4096), (4096, 128, 4096)):
             (sm80_items if family == "sm80" else sm90_items).append(
@@ -246,7 +247,6 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
     sm90_items += [CompressorConfig("e4m3"), CompressorConfig("s8")]   # tests/test_gpu_fp8.py, test_gpu_int8.py
     sm90_items.append(LineCopyConfig())   # launch.staging: odd N, misaligned views
     sweep = script("device/sweep_8bit.py")
-    sm90_items += sweep.CANDIDATES + sweep.SCALED + sweep.CANDIDATES_S8
     swept = planned_configs([any_shape_cases.problem_of(case, sm_count)
                              for family in ("sm80", "sm90") for case in any_shape_cases.cases(family)]
                             + eager_problems(script("bench_eager.py"), sm_count) + linear_problems(sm_count)
@@ -254,7 +254,9 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
                             + quantized_problems(sm_count, bench=True)
                             + quantized_problems(sm_count, bench=True, element="s8")
                             + pdl_problems(sm_count) + graph_problems(sm_count) + tail_twin_problems(sm_count))
-    unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept))
+    last = [(c, "sm_90a") for c in bench + sweep.CANDIDATES + sweep.SCALED + sweep.CANDIDATES_S8]
+    unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept
+                                + last))
     return unique
 
 
