@@ -210,12 +210,12 @@ def planned_configs(problems) -> list[tuple[object, str]]:
     return list(dict.fromkeys(seen))
 
 
-def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
+def session_configs(sm_count: int = 132, tests_only: bool = False) -> list[tuple[object, str]]:
     """(kernel, arch) for everything scripts/device/gpu_session.sh runs: the GPU tests, the
     split-K sweep, the benchmark, the profiler tables and the host-overhead script. Compiled
     on the CPU machine and carried, so device time is not spent compiling. The tests' kernels
     come first, the benchmark's and the 8-bit sweep's last: a warm-up cut short (a time limit)
-    still serves the tests."""
+    still serves the tests. tests_only: without the benchmark's and the sweep's own."""
     import importlib.util
 
     from cutlass_sparse.describe.problem import Problem
@@ -254,7 +254,7 @@ def session_configs(sm_count: int = 132) -> list[tuple[object, str]]:
                             + quantized_problems(sm_count, bench=True)
                             + quantized_problems(sm_count, bench=True, element="s8")
                             + pdl_problems(sm_count) + graph_problems(sm_count) + tail_twin_problems(sm_count))
-    last = [(c, "sm_90a") for c in bench + sweep.CANDIDATES + sweep.SCALED + sweep.CANDIDATES_S8]
+    last = [] if tests_only else [(c, "sm_90a") for c in bench + sweep.CANDIDATES + sweep.SCALED + sweep.CANDIDATES_S8]
     unique = list(dict.fromkeys([(c, "sm_90") for c in sm80_items] + [(c, "sm_90a") for c in sm90_items] + swept
                                 + last))
     return unique
@@ -411,11 +411,12 @@ if __name__ == "__main__":
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--sm-count", type=int, default=132)
-    parser.add_argument("--family", default="sm80", choices=["sm80", "sm90", "session"],
-                        help="session: every kernel of scripts/device/gpu_session.sh, each for its arch")
+    parser.add_argument("--family", default="sm80", choices=["sm80", "sm90", "session", "tests"],
+                        help="session: every kernel of scripts/device/gpu_session.sh, each for its arch; "
+                             "tests: the GPU tests' alone")
     args = parser.parse_args()
-    if args.family == "session":
-        items = session_configs(args.sm_count)
+    if args.family in ("session", "tests"):
+        items = session_configs(args.sm_count, tests_only=args.family == "tests")
         results = []
         for arch in ("sm_90", "sm_90a"):
             results += warmup.compile_all([c for c, a in items if a == arch], arch, args.jobs)

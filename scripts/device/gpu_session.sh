@@ -12,6 +12,7 @@
 #   EAGER="args"      scripts/bench_eager.py with these arguments (" " for the defaults)
 #   SKIP_WARM=1       do not compile the session's kernels first (a sweep compiles its own)
 #   WARM_JOBS=N       the warm step's compile workers (default 16: nvidia-h200's cores; 32 on -x2)
+#   WARM_FAMILY=tests the warm step compiles the GPU tests' kernels alone (default: session)
 #   SAVE_CACHE=1      $OUT/compiled_cache.db.gz: the cache after compiling what was missing
 #   NCU=1             Nsight Compute: DRAM/SM throughput of our kernel at decode shapes and 8192^3
 #                     (scripts/bench.py --ncu: each row's own kernel, by its exact name)
@@ -23,7 +24,7 @@ mkdir -m 700 -p /tmp/csd; [ -f /tmp/csd/cs.db ] || gunzip -c .device/compiled_ca
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 t0=$(date +%s)
 if [ -z "$SKIP_WARM" ]; then   # SKIP_WARM=1: a sweep that compiles only its own kernels
-  timeout ${WARM_TIMEOUT:-400} python3 -m tests.gpu_cases --family session --jobs ${WARM_JOBS:-16} > $OUT/warm.log 2>&1
+  timeout ${WARM_TIMEOUT:-400} python3 -m tests.gpu_cases --family ${WARM_FAMILY:-session} --jobs ${WARM_JOBS:-16} > $OUT/warm.log 2>&1
   echo "warm rc=$? $(( $(date +%s) - t0 ))s: $(grep -c '^cached' $OUT/warm.log) cached, $(grep -c '^compiled' $OUT/warm.log) compiled"
   grep '^failed' $OUT/warm.log | head -5
 fi
