@@ -15,8 +15,8 @@ class CubinError(ValueError):
     pass
 
 
-def _sections(data: bytes) -> dict[str, tuple[int, int, int, int]]:
-    """name -> (offset, size, link, entsize) for every section of an ELF64 little-endian file."""
+def sections(data: bytes) -> dict[str, tuple[int, int, int, int, int]]:
+    """name -> (offset, size, link, entsize, index) for every section of an ELF64 little-endian file."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise CubinError("not a 64-bit little-endian ELF cubin")
     shoff, = struct.unpack_from("<Q", data, 0x28)
@@ -36,11 +36,11 @@ def _sections(data: bytes) -> dict[str, tuple[int, int, int, int]]:
 
 def read_symbol(data: bytes, symbol: str) -> bytes:
     """The initial bytes of a global/constant variable named `symbol`."""
-    sections = _sections(data)
-    if ".symtab" not in sections:
+    found = sections(data)
+    if ".symtab" not in found:
         raise CubinError("cubin has no symbol table")
-    sym_off, sym_size, strtab_index, entsize, _ = sections[".symtab"]
-    by_index = {v[4]: v for v in sections.values()}
+    sym_off, sym_size, strtab_index, entsize, _ = found[".symtab"]
+    by_index = {v[4]: v for v in found.values()}
     str_off = by_index[strtab_index][0]
     for pos in range(sym_off, sym_off + sym_size, entsize or 24):
         name, _info, _other, shndx, value, size = struct.unpack_from("<IBBHQQ", data, pos)
@@ -60,11 +60,11 @@ def read_int32(data: bytes, symbol: str) -> int:
 
 def _attributes(data: bytes, kernel: str):
     """(format, attribute, position) of each entry of `kernel`'s .nv.info section."""
-    sections = _sections(data)
+    found = sections(data)
     key = f".nv.info.{kernel}"
-    if key not in sections:
+    if key not in found:
         raise CubinError(f"kernel {kernel!r} not found in cubin")
-    offset, size = sections[key][:2]
+    offset, size = found[key][:2]
     pos, end = offset, offset + size
     while pos < end:
         fmt, attr = data[pos], data[pos + 1]

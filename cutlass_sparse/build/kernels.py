@@ -17,7 +17,7 @@ from .. import env
 from ..describe.description import SparseGemmConfig
 from ..emit.emitted import Emitted
 from ..emit.registry import emit
-from . import compile_locks, compiler, cubin
+from . import compile_locks, compiler, cubin, cubin_trim
 from .cache import KernelCache, default_cache
 
 log = logging.getLogger("cutlass_sparse")
@@ -225,5 +225,6 @@ def _load_or_compile(config: SparseGemmConfig, arch: str, cache: KernelCache) ->
     meta = {"constants": constants, "compile_seconds": round(compiled.seconds, 3),
             "ptxas_notes": list(notes),
             "config": config.to_json(), "toolchain": env.toolchain_identity()}
-    cache.put(key, config.name, arch, compiled.cubin, meta)
-    return CompiledKernel(config, arch, key, compiled.cubin, constants, False, compiled.seconds)
+    kept = cubin_trim.without_unused_variables(compiled.cubin)   # what the driver would set up for nothing
+    cache.put(key, config.name, arch, kept, meta)
+    return CompiledKernel(config, arch, key, kept, constants, False, compiled.seconds)
