@@ -128,3 +128,50 @@ def test_setups_captured_on_two_forked_streams_in_torchs_global_mode():
         for x, out in zip(xs[1:], outs[1:]):
             ref = w.float() @ x.float()
             assert float((out.float() - ref).norm() / ref.norm()) < 2e-3
+
+
+def test_two_graphs_with_setups_of_one_kernel_replayed_at_once(monkeypatch):
+    """Two torch graphs, each captured with a call that launches a setup of the same kernel
+    (split_k: Params from the device), replayed at once on two streams held behind spinning
+    kernels: the case the host-side order of session 35 left open, safe since the nonce is
+    each setup's own. Every replay gives both results."""
+    torch = pytest.importorskip("torch")
+    import cupy
+
+    import cutlass_sparse as cs
+
+    _sm90_or_skip()
+    g = torch.Generator(device="cuda").manual_seed(93)
+    m, k, n = 1024, 2048, 256
+    w = cs.prune_2to4(torch.randn(m, k, device="cuda", generator=g).half())
+    sw = cs.compress(w)
+    xs = [torch.randn(k, n, device="cuda", generator=g).half() for _ in range(3)]
+    outs = [torch.zeros(m, n, device="cuda", dtype=torch.half) for _ in range(3)]
+    cs.matmul(sw, xs[0], out=outs[0], split_k=2)   # the plan and the kernel's first setup, eagerly
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    graphs, captured = [], []
+    from cutlass_sparse.launch.sm90 import Sm90Plan
+
+    queue_setup = Sm90Plan.queue_setup
+    monkeypatch.setattr(Sm90Plan, "queue_setup", lambda plan, *a, **kw: captured.append(plan.compiled.key)
+                        or queue_setup(plan, *a, **kw))
+    for x, out, stream in zip(xs[1:], outs[1:], streams):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            cs.matmul(sw, x, out=out, split_k=2)
+        graphs.append(graph)
+    monkeypatch.undo()
+    assert len(captured) >= 2 and len(set(captured)) == 1, captured   # a setup of one kernel in each graph
+    refs = [w.float() @ x.float() for x in xs[1:]]
+    for _ in range(20):
+        for out in outs[1:]:
+            out.zero_()
+        torch.cuda.synchronize()
+        _spin(cupy, [cupy.cuda.ExternalStream(s.cuda_stream) for s in streams], cycles=20_000_000)
+        for graph, stream in zip(graphs, streams):
+            with torch.cuda.stream(stream):
+                graph.replay()
+        torch.cuda.synchronize()
+        for out, ref in zip(outs[1:], refs):
+            assert float((out.float() - ref).norm() / ref.norm()) < 2e-3
