@@ -62,10 +62,23 @@ def run_one(test: str) -> None:
                           f"{ROOT / 'tests' / 'test_gpu_concurrent_setups.py'}::{test}"]))
 
 
+def _run(test: str, timeout: float) -> tuple[int, str]:
+    """(exit status, or -1 if it outlived `timeout`; the end of its output) of one test's process."""
+    try:
+        done = subprocess.run([sys.executable, __file__, "--one", test], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return -1, "timed out"
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return done.returncode, " | ".join(line for line in lines if "Error" in line or "passed" in line
+                                       or "failed" in line)[-400:]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=120, help="seconds a test's process may take")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     module_variable_nonce()
@@ -76,14 +89,13 @@ def main() -> int:
         run_one(args.one)
     never = []
     for test in TESTS:
-        outcomes = [subprocess.run([sys.executable, __file__, "--one", test], capture_output=True, text=True,
-                                   timeout=300) for _ in range(args.runs)]
-        failed = sum(outcome.returncode != 0 for outcome in outcomes)
+        outcomes = [_run(test, args.timeout) for _ in range(args.runs)]
+        failed = sum(code != 0 for code, _ in outcomes)
         print(f"with the module-variable nonce, {test}: failed {failed} of {args.runs} runs "
-              f"(exit statuses {[o.returncode for o in outcomes]})", flush=True)
-        for outcome in outcomes:
-            if outcome.returncode not in (0, 1):   # not a plain test failure: show how it ended
-                print("   " + " | ".join(outcome.stdout.strip().splitlines()[-3:]), flush=True)
+              f"(exit statuses {[code for code, _ in outcomes]})", flush=True)
+        for code, tail in outcomes:
+            if code != 0:   # how it ended
+                print(f"   {code}: {tail}", flush=True)
         if not failed:
             never.append(test)
     return 1 if never else 0
