@@ -134,7 +134,9 @@ def test_two_graphs_with_setups_of_one_kernel_replayed_at_once(monkeypatch):
     """Two torch graphs, each captured with a call that launches a setup of the same kernel
     (split_k: Params from the device), replayed at once on two streams held behind spinning
     kernels: the case the host-side order of session 35 left open, safe since the nonce is
-    each setup's own. Every replay gives both results."""
+    each setup's own. Every replay gives both results. Not a detector of the race itself: with
+    the old module-variable nonce it passed 2 of 2 runs (session 36; two setups a replay, of a
+    kernel that holds the nonce briefly); the two-stream tests above failed every run."""
     torch = pytest.importorskip("torch")
     import cupy
 

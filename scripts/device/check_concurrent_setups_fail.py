@@ -19,11 +19,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+# The file's graph tests are left out: against the old hook they passed 2 of 2 runs each
+# (docs/check_concurrent_setups_fail_h200_session36_call8.log). Their split-K kernel (128x64x128)
+# holds the nonce only briefly, and a replay runs two setups, so they check graphs with setups
+# run right, not the race; the three below run 200 setups of the 128x256x64 kernels at once.
 TESTS = ("test_setups_on_two_streams_at_once_each_encode_their_descriptors[f16]",
          "test_setups_on_two_streams_at_once_each_encode_their_descriptors[bf16]",
-         "test_build_ahead_beside_a_calls_setups_encodes_both",
-         "test_setups_captured_on_two_forked_streams_in_torchs_global_mode",
-         "test_two_graphs_with_setups_of_one_kernel_replayed_at_once")
+         "test_build_ahead_beside_a_calls_setups_encodes_both")
 SHARED, MODULE_VARIABLE = "__shared__ unsigned int recipe_nonce;", "__device__ unsigned int recipe_nonce;"
 
 
