@@ -5,14 +5,20 @@ scope constexpr variable a device variable: CuTe's variable templates (`is_first
 `rank_v<...>`, ...) come out as about 13,000 local globals in an sm90 GEMM's cubin, which no
 instruction reads (no relocation names them). The driver sets each one up at every module load:
 76-98 ms for the 4096^3 kernel's module on an H200, against 0.2 ms for the same code without them
-(docs/module_load_h200_session36.log). So the symbol-table entries of those variables are
-blanked (all-zero entries, like the table's own first one): the loader then has nothing to set
-up (2.6 ms: docs/module_load_trimmed_h200_session36_call4.log), and the code, constants,
-sections and every other symbol keep their bytes and their indices. Where ptxas lists the
-variables in its address table (constant bank 4: a module with fewer of them), the table's
-relocations name them all, and nothing is taken out.
+(docs/module_load_h200_session36.log). So:
+- their symbol-table entries are blanked (all-zero, like the table's own first one): the loader
+  has nothing to set up (2.1 ms: docs/final_checks_h200_session36_call5.log), and every other
+  symbol keeps its index, so relocations, `.nv.info` and section headers stay as they are;
+- their names leave the string table (3.2 MB of the 3.6 MB file): the file shrinks to ~0.4 MB
+  (28 KB packed in the cache, against 217 KB). What follows the table moves up by whole pages,
+  so every section keeps its alignment; section and program headers get the new offsets.
+The code, constants and data keep their bytes. Where ptxas lists the variables in its address
+table (constant bank 4: a module with fewer of them), the table's relocations name them all,
+and nothing is taken out.
 """
 from __future__ import annotations
+
+import struct
 
 import numpy as np
 
@@ -20,21 +26,33 @@ from .cubin import sections
 
 _SYMBOL = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                     ("value", "<u8"), ("size", "<u8")])
+_SECTION = np.dtype([("name", "<u4"), ("type", "<u4"), ("flags", "<u8"), ("addr", "<u8"), ("offset", "<u8"),
+                     ("size", "<u8"), ("link", "<u4"), ("info", "<u4"), ("addralign", "<u8"), ("entsize", "<u8")])
+_SEGMENT = np.dtype([("type", "<u4"), ("flags", "<u4"), ("offset", "<u8"), ("vaddr", "<u8"), ("paddr", "<u8"),
+                     ("filesz", "<u8"), ("memsz", "<u8"), ("align", "<u8")])
 _STB_LOCAL, _STT_OBJECT = 0, 1
+_SHT_SYMTAB, _SHT_NOBITS = 2, 8
 _DATA_SECTIONS = (".nv.global", ".nv.global.init")   # a module's plain device variables
+_PAGE = 4096   # the string table shrinks by whole pages: no section's alignment is larger
 
 
 def without_unused_variables(cubin: bytes) -> bytes:
-    """The cubin with its unreferenced local device variables blanked (unchanged when it has
-    none): same size, same layout, same code."""
+    """The cubin without its unreferenced local device variables (the same object when it has
+    none and no names to drop): same code, constants and data."""
+    blanked = _blanked(cubin)
+    return _names_compacted(blanked if blanked is not None else cubin) or blanked or cubin
+
+
+def _blanked(cubin: bytes) -> bytes | None:
+    """The cubin with the unused variables' symbol entries zeroed, or None if there are none."""
     found = sections(cubin)
     symtab = found.get(".symtab")
     data_sections = [found[name][4] for name in _DATA_SECTIONS if name in found]
     if symtab is None or not data_sections:
-        return cubin
+        return None
     offset, size, _link, entsize, _index = symtab
     if entsize != _SYMBOL.itemsize:
-        return cubin
+        return None
     symbols = np.frombuffer(cubin, _SYMBOL, size // entsize, offset)
     referenced = np.zeros(len(symbols), dtype=bool)
     for name, (rel_offset, rel_size, _, rel_entsize, _) in found.items():
@@ -44,9 +62,58 @@ def without_unused_variables(cubin: bytes) -> bytes:
     unused = ((symbols["info"] >> 4) == _STB_LOCAL) & ((symbols["info"] & 0xF) == _STT_OBJECT) \
         & np.isin(symbols["shndx"], data_sections) & ~referenced
     if not unused.any():
-        return cubin
+        return None
     trimmed = symbols.copy()
     trimmed[unused] = np.zeros(1, _SYMBOL)
     out = bytearray(cubin)
     out[offset:offset + trimmed.nbytes] = trimmed.tobytes()
+    return bytes(out)
+
+
+def _names_compacted(cubin: bytes) -> bytes | None:
+    """The cubin with a symbol string table of only the names its symbols use, or None where
+    that saves less than a page (or the file is laid out otherwise than NVRTC writes it)."""
+    phoff, shoff = struct.unpack_from("<QQ", cubin, 0x20)
+    _phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from("<HHHHH", cubin, 0x36)
+    if shentsize != _SECTION.itemsize:
+        return None
+    heads = np.frombuffer(cubin, _SECTION, shnum, shoff).copy()
+    tables = np.nonzero(heads["type"] == _SHT_SYMTAB)[0]
+    if len(tables) != 1:
+        return None
+    symtab = int(tables[0])
+    strtab = int(heads["link"][symtab])
+    if strtab == shstrndx or (heads["link"] == strtab).sum() != 1:   # shared with other sections
+        return None
+    names_at, names_size = int(heads["offset"][strtab]), int(heads["size"][strtab])
+    symbols = np.frombuffer(cubin, _SYMBOL, int(heads["size"][symtab]) // _SYMBOL.itemsize,
+                            int(heads["offset"][symtab])).copy()
+    names, placed = bytearray(b"\0"), {}
+    for i in np.nonzero(symbols["name"])[0]:
+        start = names_at + int(symbols["name"][i])
+        name = cubin[start:cubin.index(b"\0", start)]
+        if name not in placed:
+            placed[name] = len(names)
+            names += name + b"\0"
+        symbols["name"][i] = placed[name]
+    after = heads["offset"] > names_at
+    if not (after & (heads["type"] != _SHT_NOBITS)).any():
+        return None
+    following = int(heads["offset"][after & (heads["type"] != _SHT_NOBITS)].min())
+    if following < names_at + names_size:
+        return None
+    shift = (following - names_at - len(names)) // _PAGE * _PAGE
+    if shift <= 0:
+        return None
+    out = bytearray(cubin[:names_at]) + names + bytes(following - shift - names_at - len(names)) + cubin[following:]
+    heads["offset"][after] -= shift
+    heads["size"][strtab] = len(names)
+    segments = np.frombuffer(cubin, _SEGMENT, phnum, phoff).copy()
+    segments["offset"][segments["offset"] >= following] -= shift
+    phoff, shoff = (o - shift if o >= following else o for o in (phoff, shoff))
+    struct.pack_into("<QQ", out, 0x20, phoff, shoff)
+    out[shoff:shoff + heads.nbytes] = heads.tobytes()
+    out[phoff:phoff + segments.nbytes] = segments.tobytes()
+    table_at = int(heads["offset"][symtab])
+    out[table_at:table_at + symbols.nbytes] = symbols.tobytes()
     return bytes(out)
