@@ -10,8 +10,10 @@ instruction reads (no relocation names them). The driver sets each one up at eve
   has nothing to set up (2.1 ms: docs/final_checks_h200_session36_call5.log), and every other
   symbol keeps its index, so relocations, `.nv.info` and section headers stay as they are;
 - their names leave the string table (3.2 MB of the 3.6 MB file): the file shrinks to ~0.4 MB
-  (28 KB packed in the cache, against 217 KB). What follows the table moves up by whole pages,
-  so every section keeps its alignment; section and program headers get the new offsets.
+  (28 KB packed in the cache, against 244 KB) and loads in 1.5 ms
+  (docs/module_load_compacted_h200_session36_call9.log). What follows the table moves up by
+  whole pages, so every section keeps its alignment; section and program headers get the new
+  offsets.
 The code, constants and data keep their bytes. Where ptxas lists the variables in its address
 table (constant bank 4: a module with fewer of them), the table's relocations name them all,
 and nothing is taken out.
