@@ -96,6 +96,30 @@ def test_build_ahead_beside_a_calls_setups_encodes_both():
     assert _unencoded(cupy, ahead, nbytes, offsets) == 0
 
 
+def _split_k_operands(torch, seed: int):
+    """(w, its compressed form, three x, three zeroed outputs) of a 1024x256x2048 f16 split-K
+    call, whose Params come from the device (a setup per new buffer set); the first call ran
+    eagerly (the plan and the kernel's first setup)."""
+    import cutlass_sparse as cs
+
+    _sm90_or_skip()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    m, k, n = 1024, 2048, 256
+    w = cs.prune_2to4(torch.randn(m, k, device="cuda", generator=g).half())
+    sw = cs.compress(w)
+    xs = [torch.randn(k, n, device="cuda", generator=g).half() for _ in range(3)]
+    outs = [torch.zeros(m, n, device="cuda", dtype=torch.half) for _ in range(3)]
+    cs.matmul(sw, xs[0], out=outs[0], split_k=2)
+    torch.cuda.synchronize()
+    return w, sw, xs, outs
+
+
+def _assert_products(w, xs, outs) -> None:
+    for x, out in zip(xs, outs):
+        ref = w.float() @ x.float()
+        assert float((out.float() - ref).norm() / ref.norm()) < 2e-3
+
+
 def test_setups_captured_on_two_forked_streams_in_torchs_global_mode():
     """A torch graph (global capture mode) whose capture forks onto a second stream, each
     stream's call launching a setup (split_k: Params from the device, new buffers): the two
@@ -103,15 +127,7 @@ def test_setups_captured_on_two_forked_streams_in_torchs_global_mode():
     torch = pytest.importorskip("torch")
     import cutlass_sparse as cs
 
-    _sm90_or_skip()
-    g = torch.Generator(device="cuda").manual_seed(91)
-    m, k, n = 1024, 2048, 256
-    w = cs.prune_2to4(torch.randn(m, k, device="cuda", generator=g).half())
-    sw = cs.compress(w)
-    xs = [torch.randn(k, n, device="cuda", generator=g).half() for _ in range(3)]
-    outs = [torch.zeros(m, n, device="cuda", dtype=torch.half) for _ in range(3)]
-    cs.matmul(sw, xs[0], out=outs[0], split_k=2)   # the plan and the kernel's first setup, eagerly
-    torch.cuda.synchronize()
+    w, sw, xs, outs = _split_k_operands(torch, 91)
     main, side = torch.cuda.Stream(), torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=main):
@@ -121,13 +137,11 @@ def test_setups_captured_on_two_forked_streams_in_torchs_global_mode():
             cs.matmul(sw, xs[2], out=outs[2], split_k=2)
         main.wait_stream(side)   # the join
     for _ in range(3):
-        outs[1].zero_()
-        outs[2].zero_()
+        for out in outs[1:]:
+            out.zero_()
         graph.replay()
         torch.cuda.synchronize()
-        for x, out in zip(xs[1:], outs[1:]):
-            ref = w.float() @ x.float()
-            assert float((out.float() - ref).norm() / ref.norm()) < 2e-3
+        _assert_products(w, xs[1:], outs[1:])
 
 
 def test_two_graphs_with_setups_of_one_kernel_replayed_at_once(monkeypatch):
@@ -142,15 +156,7 @@ def test_two_graphs_with_setups_of_one_kernel_replayed_at_once(monkeypatch):
 
     import cutlass_sparse as cs
 
-    _sm90_or_skip()
-    g = torch.Generator(device="cuda").manual_seed(93)
-    m, k, n = 1024, 2048, 256
-    w = cs.prune_2to4(torch.randn(m, k, device="cuda", generator=g).half())
-    sw = cs.compress(w)
-    xs = [torch.randn(k, n, device="cuda", generator=g).half() for _ in range(3)]
-    outs = [torch.zeros(m, n, device="cuda", dtype=torch.half) for _ in range(3)]
-    cs.matmul(sw, xs[0], out=outs[0], split_k=2)   # the plan and the kernel's first setup, eagerly
-    torch.cuda.synchronize()
+    w, sw, xs, outs = _split_k_operands(torch, 93)
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     graphs, captured = [], []
     from cutlass_sparse.launch.sm90 import Sm90Plan
@@ -165,7 +171,6 @@ def test_two_graphs_with_setups_of_one_kernel_replayed_at_once(monkeypatch):
         graphs.append(graph)
     monkeypatch.undo()
     assert len(captured) >= 2 and len(set(captured)) == 1, captured   # a setup of one kernel in each graph
-    refs = [w.float() @ x.float() for x in xs[1:]]
     for _ in range(20):
         for out in outs[1:]:
             out.zero_()
@@ -175,5 +180,4 @@ def test_two_graphs_with_setups_of_one_kernel_replayed_at_once(monkeypatch):
             with torch.cuda.stream(stream):
                 graph.replay()
         torch.cuda.synchronize()
-        for out, ref in zip(outs[1:], refs):
-            assert float((out.float() - ref).norm() / ref.norm()) < 2e-3
+        _assert_products(w, xs[1:], outs[1:])
