@@ -3,8 +3,7 @@
 CuPy's Module/Function do the driver work (cuModuleLoadData, cuLaunchKernel) from
 Cython, which keeps a launch to a few microseconds of host time; a size-1 NumPy
 structured array is passed by value as a kernel's argument struct. Each device gets
-its own module, loaded on first use (from the cubin without its unused device variables:
-build.cubin_trim), with each entry's shared-memory limit raised once.
+its own module, loaded on first use, with each entry's shared-memory limit raised once.
 Launches go on the current CuPy stream and never synchronize. The sm90 GEMM's main entry
 goes through the driver instead (entry(): launch.pdl, cuLaunchKernelEx).
 """
@@ -15,7 +14,6 @@ import threading
 import numpy as np
 
 from .. import events
-from ..build import cubin_trim
 from ..build.kernels import CompiledKernel
 from .pdl import Entry
 
@@ -29,7 +27,6 @@ class LoadedKernel:
         self._modules: dict[int, object] = {}   # keep each device's module alive
         self._entries: dict[int, object] = {}
         self._lock = threading.Lock()
-        self._cubin: bytes | None = None
 
     def function(self, device_id: int, symbol: str, shared_bytes: int = 0):
         """An entry of the device's module (loaded at its first use there)."""
@@ -42,7 +39,7 @@ class LoadedKernel:
                 module = self._modules.get(device_id)
                 if module is None:
                     module = cupy.cuda.function.Module()
-                    module.load(self._trimmed())
+                    module.load(self.compiled.cubin)
                     self._modules[device_id] = module
                 func = module.get_function(symbol)
                 if shared_bytes:
@@ -51,13 +48,6 @@ class LoadedKernel:
                                             shared_bytes)
                 self._functions[(device_id, symbol)] = func
         return func
-
-    def _trimmed(self) -> bytes:
-        """The cubin as the driver gets it: without the device variables nothing reads (their
-        set-up was most of a module load's time: build.cubin_trim). Made once per kernel."""
-        if self._cubin is None:
-            self._cubin = cubin_trim.without_unused_variables(self.compiled.cubin)
-        return self._cubin
 
     def entry(self, device_id: int):
         """The main entry as a launch.pdl.Entry (made once per device, shared by
