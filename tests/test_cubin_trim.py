@@ -1,8 +1,9 @@
 """build.cubin_trim on real cubins (NVRTC, no GPU). Device variables that no relocation names lose
 their symbol-table entries and their names; the code, a __constant__ the launcher reads, the
-kernel's own symbol and every other section keep their bytes. ptxas lists a module's variables in an address table (constant bank 4, one
-relocation each) while they fit in it (8,000 did, 9,000 did not): the sm90 GEMMs' ~13,000 never
-fit, so theirs come out, and a module whose table names its variables keeps them all."""
+kernel's own symbol and every other section keep their bytes. ptxas lists a module's variables
+in an address table (constant bank 4, one relocation each) while they fit in it (8,000 did,
+9,000 did not): the sm90 GEMMs' ~13,000 never fit, so theirs come out, and a module whose
+table names its variables keeps them all."""
 import numpy as np
 import pytest
 

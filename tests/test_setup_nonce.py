@@ -31,8 +31,10 @@ def test_a_plans_setup_goes_straight_to_its_stream():
             return lambda grid, block, args, shared, stream: launches.append((grid, block, args, shared, stream))
 
     plan = Sm90Plan.__new__(Sm90Plan)
-    plan.loaded, plan.compiled, plan.problem, plan._setup = Loaded(), Loaded.compiled, types.SimpleNamespace(device_id=3), None
+    plan.loaded, plan.compiled, plan._setup = Loaded(), Loaded.compiled, None
+    plan.problem = types.SimpleNamespace(device_id=3)
     plan.queue_setup(b"one", "stream a")
     plan.queue_setup(b"two", "stream b")
     assert looked_up == [(3, "k_setup")]   # looked up once per plan
-    assert launches == [((1, 1, 1), (1, 1, 1), (b"one",), 0, "stream a"), ((1, 1, 1), (1, 1, 1), (b"two",), 0, "stream b")]
+    one_thread = ((1, 1, 1), (1, 1, 1))
+    assert launches == [(*one_thread, (b"one",), 0, "stream a"), (*one_thread, (b"two",), 0, "stream b")]

@@ -186,8 +186,9 @@ def request(key: tuple, params, stream) -> None:
 def encoded(params_bytes: bytes, offsets: tuple[tuple[int, ...], ...]) -> bool:
     """Whether every mapped pointer word of these Params holds a pointer, not the mark of a
     TMA recipe the setup left unencoded (before session 36 a setup could lose its nonce to
-    another one running at once: emit.nvrtc_headers.RECIPE_HOOK). Params that fail must never launch: a TMA load from a recipe is an
-    illegal instruction, which ends the process's CUDA context."""
+    another one running at once: emit.nvrtc_headers.RECIPE_HOOK). Params that fail must never
+    launch: a TMA load from a recipe is an illegal instruction, which ends the process's CUDA
+    context."""
     return all(_WORD.unpack_from(params_bytes, offset)[0] != tma.MAGIC for words in offsets for offset in words)
 
 
