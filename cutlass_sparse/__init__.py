@@ -18,6 +18,10 @@ try:
 finally:
     _sys.argv = _argv
 
+from . import env as _env  # noqa: E402
+
+_env.keep_cupy_importable()   # before any module of ours imports CuPy
+
 from .api.compress import compress, prune_2to4  # noqa: E402
 from .api.quantized import (linear_fp8, linear_int8, quantize_activations_fp8,  # noqa: E402
                             quantize_activations_int8, quantize_fp8, quantize_int8)

@@ -91,6 +91,29 @@ def _can_create(directory: Path) -> bool:
     return False
 
 
+def keep_cupy_importable() -> None:
+    """Give CuPy a kernel cache it can create, before anything imports it.
+
+    CuPy makes its kernel cache directory (~/.cupy/kernel_cache) when it is imported and
+    fails there with PermissionError on a read-only or missing HOME (a serving container
+    with a read-only root), and this package imports CuPy for torch callers too. Where
+    CUPY_CACHE_DIR is unset and that directory cannot be made, point CuPy at a private
+    per-user directory beside our own fallback cache ($TMPDIR/cutlass_sparse-<uid>/cupy,
+    inside a 0700 directory we checked), with one warning. A CuPy already imported, or a
+    CUPY_CACHE_DIR already chosen, is left as it is."""
+    import sys
+
+    if "cupy" in sys.modules or os.environ.get("CUPY_CACHE_DIR"):
+        return
+    wanted = Path(os.path.expanduser("~/.cupy/kernel_cache"))   # where CuPy's default points
+    if wanted.is_absolute() and _can_create(wanted):   # CuPy also writes there at each new kernel
+        return
+    fallback = trust.user_temp_dir() / "cupy"
+    os.environ["CUPY_CACHE_DIR"] = str(fallback)
+    warnings.warn(f"CuPy cannot create its kernel cache {wanted}; set CUPY_CACHE_DIR={fallback} for it (set "
+                  "CUPY_CACHE_DIR yourself to choose another place)", stacklevel=3)
+
+
 def cache_read_only() -> bool:
     """CUTLASS_SPARSE_CACHE_READONLY=1: use the cache file read-only (new kernels stay in memory)."""
     return os.environ.get("CUTLASS_SPARSE_CACHE_READONLY", "") not in ("", "0")

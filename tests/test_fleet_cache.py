@@ -503,3 +503,38 @@ def test_a_stand_in_runs_at_the_problems_own_swizzle_and_raster(monkeypatch):
     taken = made[-1]
     assert taken.as_compiled() == cached.as_compiled()
     assert (taken.swizzle, taken.raster) == (run_order(problem, cached).swizzle, selection.ALONG_M)
+
+
+def _import_in(home: Path, tmp: Path, code: str, **extra) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("CUPY_CACHE_DIR", "XDG_CACHE_HOME")}
+    environ.update(HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=str(ROOT), **extra)
+    return subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=120)
+
+
+def test_a_home_where_cupy_cannot_make_its_kernel_cache_still_imports(tmp_path):
+    """A serving container's read-only HOME: CuPy fails at import making ~/.cupy/kernel_cache,
+    and we import CuPy even for torch callers. cutlass_sparse gives it a private directory."""
+    home, tmp = tmp_path / "home", tmp_path / "temp"
+    home.mkdir()
+    tmp.mkdir()
+    (home / ".cupy").write_text("")   # a file where CuPy's directory goes: root cannot make it either
+    report = "import os, cupy.cuda.compiler as c; print(os.environ.get('CUPY_CACHE_DIR'), c._kernel_cache_backend._cache_dir)"
+    bare = _import_in(home, tmp, report)
+    assert bare.returncode != 0 and ".cupy" in bare.stderr   # what happens without us
+    ours = _import_in(home, tmp, "import cutlass_sparse; " + report)
+    assert ours.returncode == 0, ours.stderr
+    private = tmp / f"cutlass_sparse-{os.geteuid()}" / "cupy"
+    assert ours.stdout.split() == [str(private), str(private)]
+    assert "CuPy cannot create its kernel cache" in ours.stderr and "CUPY_CACHE_DIR" in ours.stderr
+    assert oct(os.stat(private.parent).st_mode & 0o777) == "0o700"
+
+
+def test_cupy_keeps_its_own_cache_where_it_can_or_where_it_was_told(tmp_path):
+    home, tmp = tmp_path / "home", tmp_path / "temp"
+    home.mkdir()
+    tmp.mkdir()
+    report = "import cutlass_sparse, os; print(os.environ.get('CUPY_CACHE_DIR'))"
+    assert _import_in(home, tmp, report).stdout.split() == ["None"]   # a writable HOME: CuPy's default
+    (home / ".cupy").write_text("")
+    chosen = _import_in(home, tmp, report, CUPY_CACHE_DIR=str(tmp_path / "mine"))
+    assert chosen.stdout.split() == [str(tmp_path / "mine")] and "UserWarning" not in chosen.stderr
