@@ -6,29 +6,42 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 _EIATTR_CBANK_PARAM_SIZE = 0x19   # .nv.info.<kernel>: total bytes of the kernel's parameters
 _EIATTR_KPARAM_INFO = 0x17        # .nv.info.<kernel>: one per parameter (ordinal, offset, size)
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
+
+
+# ELF64 records as NumPy types: the section header table is read (and, in cubin_trim, rewritten) whole.
+SECTION = np.dtype([("name", "<u4"), ("type", "<u4"), ("flags", "<u8"), ("addr", "<u8"), ("offset", "<u8"),
+                    ("size", "<u8"), ("link", "<u4"), ("info", "<u4"), ("addralign", "<u8"), ("entsize", "<u8")])
+SYMBOL = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
+                   ("value", "<u8"), ("size", "<u8")])
 
 
 class CubinError(ValueError):
     pass
 
 
-def sections(data: bytes) -> dict[str, tuple[int, int, int, int, int]]:
-    """name -> (offset, size, link, entsize, index) for every section of an ELF64 little-endian file."""
+def section_headers(data: bytes) -> tuple[np.ndarray, int]:
+    """(a copy of the section header table, the index of the section holding their names)."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise CubinError("not a 64-bit little-endian ELF cubin")
     shoff, = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    raw = []
-    for i in range(shnum):
-        (name, _type, _flags, _addr, offset, size, link, _info, _align, entsize) = struct.unpack_from(
-            "<IIQQQQIIQQ", data, shoff + i * shentsize)
-        raw.append((name, offset, size, link, entsize))
-    names_off = raw[shstrndx][1]
+    if shentsize != SECTION.itemsize:
+        raise CubinError(f"section headers of {shentsize} bytes, not ELF64's {SECTION.itemsize}")
+    return np.frombuffer(data, SECTION, shnum, shoff).copy(), shstrndx
+
+
+def sections(data: bytes) -> dict[str, tuple[int, int, int, int, int]]:
+    """name -> (offset, size, link, entsize, index) for every section of an ELF64 little-endian file."""
+    heads, shstrndx = section_headers(data)
+    names_off = int(heads["offset"][shstrndx])
     out = {}
-    for index, (name, offset, size, link, entsize) in enumerate(raw):
+    for index, (name, offset, size, link, entsize) in enumerate(
+            heads[["name", "offset", "size", "link", "entsize"]].tolist()):
         end = data.index(b"\0", names_off + name)
         out[data[names_off + name:end].decode()] = (offset, size, link, entsize, index)
     return out

@@ -24,12 +24,8 @@ import struct
 
 import numpy as np
 
-from .cubin import sections
+from .cubin import SYMBOL as _SYMBOL, section_headers, sections
 
-_SYMBOL = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
-                    ("value", "<u8"), ("size", "<u8")])
-_SECTION = np.dtype([("name", "<u4"), ("type", "<u4"), ("flags", "<u8"), ("addr", "<u8"), ("offset", "<u8"),
-                     ("size", "<u8"), ("link", "<u4"), ("info", "<u4"), ("addralign", "<u8"), ("entsize", "<u8")])
 _SEGMENT = np.dtype([("type", "<u4"), ("flags", "<u4"), ("offset", "<u8"), ("vaddr", "<u8"), ("paddr", "<u8"),
                      ("filesz", "<u8"), ("memsz", "<u8"), ("align", "<u8")])
 _STB_LOCAL, _STT_OBJECT = 0, 1
@@ -75,11 +71,9 @@ def _blanked(cubin: bytes) -> bytes | None:
 def _names_compacted(cubin: bytes) -> bytes | None:
     """The cubin with a symbol string table of only the names its symbols use, or None where
     that saves less than a page (or the file is laid out otherwise than NVRTC writes it)."""
+    heads, shstrndx = section_headers(cubin)
     phoff, shoff = struct.unpack_from("<QQ", cubin, 0x20)
-    _phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from("<HHHHH", cubin, 0x36)
-    if shentsize != _SECTION.itemsize:
-        return None
-    heads = np.frombuffer(cubin, _SECTION, shnum, shoff).copy()
+    phnum, = struct.unpack_from("<H", cubin, 0x38)
     tables = np.nonzero(heads["type"] == _SHT_SYMTAB)[0]
     if len(tables) != 1:
         return None
