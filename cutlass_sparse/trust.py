@@ -64,10 +64,64 @@ def check_owned_private(path: Path, used_for: Path | None = None, kind: str = "f
                   "others may write it)", fix, used_for)
 
 
+_MAX_LINKS = 40   # as the kernel's own limit on links followed in one lookup (ELOOP)
+
+
+def check_path_chain(path: Path) -> None:
+    """Walk path as the kernel resolves it and refuse what another user could redirect: a
+    directory on the way that others may write (unless sticky, as /tmp, and the entry in it
+    is ours or root's), or a symbolic link someone else owns. Whoever controls an ancestor
+    can swap what lies below it, so checking the last directory alone is not enough. Stops
+    at the first component that does not exist yet (we create the rest, inside what passed)."""
+    path = Path(os.path.abspath(path))
+    todo, current, links = list(path.parts[1:]), Path(path.anchor), 0
+    while todo:
+        name = todo.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = current.parent
+            continue
+        entry = current / name
+        try:
+            st = os.lstat(entry)
+        except FileNotFoundError:
+            return
+        except OSError as exc:   # a path through a file, an unreadable directory
+            raise UntrustedPathError(entry, f"cannot be examined ({exc.strerror or exc})",
+                                     f"choose another path {_ELSEWHERE}", path) from None
+        holder = os.stat(current)
+        if holder.st_mode & stat.S_ISVTX and _trusted_owner(holder):
+            # a sticky directory (/tmp): others may add entries but not move ours or root's
+            if not _trusted_owner(st):
+                raise UntrustedPathError(
+                    entry, f"is owned by uid {_owner_uid(st)}, not by you (uid {current_uid()}), in the shared "
+                           f"directory {current}: its owner chose what it holds", f"remove it {_ELSEWHERE}", path)
+        else:
+            check_owned_private(current, path, "directory")   # its owner, or anyone who may write it, could swap entry
+        if not stat.S_ISLNK(st.st_mode):
+            current = entry
+            continue
+        if not _trusted_owner(st):
+            raise UntrustedPathError(
+                entry, f"is a symbolic link owned by uid {_owner_uid(st)}, not by you (uid {current_uid()}) "
+                       "or root: it could lead anywhere its owner likes", f"remove it {_ELSEWHERE}", path)
+        links += 1
+        if links > _MAX_LINKS:
+            raise UntrustedPathError(entry, "leads through too many symbolic links", f"remove the loop {_ELSEWHERE}",
+                                     path)
+        target = Path(os.readlink(entry))
+        if target.is_absolute():
+            current = Path(target.anchor)
+        todo = [*target.parts[1 if target.is_absolute() else 0:], *todo]
+
+
 def check_cache_location(path: Path) -> Path:
-    """Check a cache file (if it exists), its directory, and where symbolic links lead;
-    returns the real path to open. Raises UntrustedPathError."""
+    """Check the directories and links on the way to a cache file (check_path_chain), the
+    file (if it exists), its directory, and where symbolic links lead; returns the real
+    path to open. Raises UntrustedPathError."""
     path = Path(path)
+    check_path_chain(path)
     real = Path(os.path.realpath(path))
     dirs = dict.fromkeys([path.parent, real.parent])      # where the link lives, where it leads
     for directory in dirs:
@@ -127,7 +181,9 @@ def write_new_file(directory: Path, name: str, data: bytes) -> Path:
 
 
 def make_cache_dir(directory: Path) -> None:
-    """mkdir -p (the last level 0700), or an error naming the directory and CUTLASS_SPARSE_CACHE."""
+    """mkdir -p (the last level 0700), or an error naming the directory and CUTLASS_SPARSE_CACHE;
+    nothing is made where another user could have redirected the way (check_path_chain)."""
+    check_path_chain(directory)
     try:
         Path(directory).mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:

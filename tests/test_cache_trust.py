@@ -133,6 +133,65 @@ def test_symbolic_links_are_judged_by_where_they_lead(tmp_path, monkeypatch):
     assert KernelCache(link).get("k0").cubin == bytes(1500)
 
 
+def fake_link_owner(monkeypatch, link: Path, uid=OTHER_UID):
+    """As fake_owner, for a symbolic link itself (its own inode, not its target's)."""
+    inode = os.lstat(link).st_ino
+    real = trust._owner_uid
+    monkeypatch.setattr(trust, "_owner_uid", lambda st: uid if st.st_ino == inode else real(st))
+
+
+def untouched(victim: Path, before: bytes) -> bool:
+    return victim.read_bytes() == before and [p.name for p in victim.parent.iterdir()] == [victim.name]
+
+
+def test_an_ancestor_another_user_owns_is_refused_and_nothing_is_touched(tmp_path, monkeypatch):
+    """Session 37's review: the owner of an ancestor swapped the cache's directory for a link
+    to a directory of root's; the cache opened through it and set root's file aside. The
+    walk from / now refuses the ancestor before anything is opened or made."""
+    ancestor = private(tmp_path / "shared")
+    private(ancestor / "cache")
+    victim = filled(private(tmp_path / "victim") / "c.db")
+    before = victim.read_bytes()
+    (ancestor / "cache").rename(ancestor / "cache.old")
+    (ancestor / "cache").symlink_to(victim.parent)   # what the ancestor's owner may do at any time
+    fake_owner(monkeypatch, ancestor)
+    for call in (lambda: KernelCache(ancestor / "cache" / "c.db"),
+                 lambda: KernelCache(ancestor / "cache" / "new" / "c.db")):   # nothing made below it either
+        with pytest.raises(trust.UntrustedPathError, match=f"{ancestor} is owned by uid {OTHER_UID}"):
+            call()
+    assert untouched(victim, before)
+
+
+def test_links_on_the_way_must_be_ours_or_roots(tmp_path, monkeypatch):
+    mine = private(tmp_path / "mine")
+    victim = filled(private(tmp_path / "victim") / "c.db")
+    before = victim.read_bytes()
+    link = mine / "c.db"
+    link.symlink_to(victim)
+    assert KernelCache(link).get("k0").cubin == bytes(1500)   # our own link: followed
+    fake_link_owner(monkeypatch, link)
+    with pytest.raises(trust.UntrustedPathError, match=f"{link} is a symbolic link owned by uid {OTHER_UID}"):
+        KernelCache(link)
+    sticky = tmp_path / "tmp_like"
+    sticky.mkdir()
+    sticky.chmod(0o1777)                                     # as /tmp: anyone may add an entry
+    planted = sticky / "cache"
+    planted.symlink_to(victim.parent)
+    fake_link_owner(monkeypatch, planted)
+    with pytest.raises(trust.UntrustedPathError, match=f"{planted} is owned by uid {OTHER_UID}.*shared directory"):
+        KernelCache(planted / "c.db")
+    monkeypatch.setattr(trust, "_owner_uid", lambda st: st.st_uid)
+    assert KernelCache(planted / "c.db").get("k0").cubin == bytes(1500)   # ours in /tmp: fine
+    assert victim.read_bytes() == before
+
+
+def test_a_link_loop_on_the_way_is_refused_by_name(tmp_path):
+    loop = private(tmp_path / "mine") / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(trust.UntrustedPathError, match="too many symbolic links"):
+        KernelCache(loop / "c.db")
+
+
 def test_a_journal_that_cannot_be_examined_is_refused_by_name(tmp_path):
     """A link loop planted as the cache's -journal is neither skipped (SQLite would meet
     it) nor a bare OSError: the refusal names it and says what to do."""
