@@ -282,7 +282,7 @@ def test_openers_of_a_damaged_file_at_once_lose_no_entry(tmp_path, monkeypatch):
     with it. Interleaved deterministically here; 8 processes started at once on a damaged
     file lost 3 to 20 of 160 entries in 2 of 18 runs."""
     db = private(tmp_path / "c") / "c.db"
-    db.write_bytes(b"not a database " * 500)
+    db.write_bytes(cache_files.SQLITE_HEADER + b"not a database " * 500)   # a cache of ours, damaged
     real_move, late_in, go, opened = cache_repair.move_aside, threading.Event(), threading.Event(), []
 
     def move_aside(real, still_ours):
@@ -412,3 +412,39 @@ def test_bad_command_line_is_one_line_and_status_2(tmp_path, case):
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, \
         (result.returncode, lines)
+
+
+# -- session 37's review: what the cache commands do with damaged, foreign and missing files --
+
+def _cli(*args, capsys=None) -> tuple[int, str]:
+    from cutlass_sparse.cli import main as cli_main
+
+    try:
+        status = cli_main.main(list(args))
+    except SystemExit as stop:   # a usage error
+        status = stop.code
+    return status, capsys.readouterr() if capsys is not None else ""
+
+
+@pytest.mark.parametrize("action", ["ls", "stats"])
+def test_listing_a_damaged_cache_fails_and_says_to_verify(tmp_path, capsys, action):
+    db = filled(private(tmp_path / "c") / "c.db", "k", 40, size=4000)
+    with open(db, "r+b") as handle:
+        handle.truncate(4096)                      # the reviewer's `truncate -s 4096`
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        status, out = _cli("cache", action, "--path", str(db), capsys=capsys)
+    assert status == 1 and "cache verify" in out.out, out
+
+
+def test_a_merge_that_fails_leaves_no_new_file_and_makes_no_directory(tmp_path, capsys):
+    out_dir = private(tmp_path / "out")
+    junk = out_dir / "notdb.db"
+    junk.write_text("not a database")
+    status, said = _cli("cache", "merge", str(junk), "--path", str(out_dir / "out.db"), capsys=capsys)
+    assert status == 1 and "not a cutlass-sparse kernel cache" in said.err
+    assert sorted(p.name for p in out_dir.iterdir()) == ["notdb.db"] and junk.read_text() == "not a database"
+    good = filled(private(tmp_path / "c") / "c.db", "k", 2)
+    status, said = _cli("cache", "merge", str(good), "--path", str(tmp_path / "missing" / "dir" / "out.db"),
+                        capsys=capsys)
+    assert status == 2 and "--path" in said.err and not (tmp_path / "missing").exists()

@@ -20,7 +20,7 @@ import forked
 
 from cutlass_sparse import env
 from cutlass_sparse.build import cache as cache_mod
-from cutlass_sparse.build import cache_ship, compiler, kernels, warmup
+from cutlass_sparse.build import cache_files, cache_ship, compiler, kernels, warmup
 from cutlass_sparse.build.cache import KernelCache
 from cutlass_sparse.cli import main as cli_main
 from cutlass_sparse.describe import catalog, selection
@@ -351,7 +351,7 @@ def test_ship_writes_one_read_only_file_and_loses_nothing(tmp_path, monkeypatch)
     out = private(tmp_path / "out")
     junk = out / "junk.db"
     junk.write_bytes(b"not a database")
-    with pytest.warns(UserWarning, match="unreadable"), pytest.raises(RuntimeError, match="not replacing it"):
+    with pytest.raises(cache_files.NotACacheError, match="is not a cutlass-sparse kernel cache"):
         cache_ship.ship(junk, [d / "a.db"])
     assert junk.read_bytes() == b"not a database"
     junk.unlink()
@@ -538,3 +538,28 @@ def test_cupy_keeps_its_own_cache_where_it_can_or_where_it_was_told(tmp_path):
     (home / ".cupy").write_text("")
     chosen = _import_in(home, tmp, report, CUPY_CACHE_DIR=str(tmp_path / "mine"))
     assert chosen.stdout.split() == [str(tmp_path / "mine")] and "UserWarning" not in chosen.stderr
+
+
+def test_an_entry_that_describes_another_kernel_is_not_served(tmp_path, fake_nvrtc, monkeypatch):
+    """Session 37's review: another kernel's cubin and meta stored under a kernel's key and
+    name (checksum recomputed) were served. The lookup now compares the stored description."""
+    from cutlass_sparse.describe import selection
+
+    monkeypatch.setattr(kernels, "_memo", {})
+    small = selection.config_for_shape(64, 64, 64, "f16", "f16", "row", 108)
+    large = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 108)
+    assert small.name != large.name
+    for config in (small, large):
+        kernels.get(config, "sm_80")
+    db = Path(os.environ["CUTLASS_SPARSE_CACHE"])
+    with sqlite3.connect(db) as conn:   # what a hand-edited file (or a broken merge) could hold
+        cubin, meta, checksum = conn.execute("SELECT cubin, meta, checksum FROM kernels WHERE name = ?",
+                                             (large.name,)).fetchone()
+        conn.execute("UPDATE kernels SET cubin = ?, meta = ?, checksum = ? WHERE name = ?",
+                     (cubin, meta, checksum, small.name))
+    monkeypatch.setattr(kernels, "_memo", {})
+    monkeypatch.setattr(cache_mod, "_default", None)
+    with pytest.warns(UserWarning, match=f"filed under {small.name} for sm_80 but describes {large.name}"):
+        got = kernels.get(small, "sm_80")
+    assert got.cubin == f"cubin of {small.name}".encode() and not got.from_cache   # compiled again
+    assert fake_nvrtc == [small.name, large.name, small.name]

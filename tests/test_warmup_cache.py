@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cutlass_sparse.build import warmup
+from cutlass_sparse.build import cache_files, warmup
 from cutlass_sparse.build.cache import KernelCache
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,12 +104,29 @@ def test_processes_creating_a_new_cache_at_once_all_succeed(tmp_path, round):
 
 def test_corrupted_file_is_set_aside_and_rebuilt(tmp_path):
     db = tmp_path / "c.db"
-    db.write_bytes(b"this is not a sqlite database" * 100)
+    db.write_bytes(cache_files.SQLITE_HEADER + b"this is not a sqlite database" * 100)   # a cache, damaged
     with pytest.warns(UserWarning, match="unreadable"):
         cache = KernelCache(db)
     cache.put("k", "n", "sm_80", b"x", {})
     assert cache.get("k").cubin == b"x"
     assert list(tmp_path.glob("c.db.corrupt-*"))
+
+
+@pytest.mark.parametrize("content", ["text", "another database"])
+def test_a_file_that_is_not_a_cache_is_refused_and_left_as_it_is(tmp_path, content):
+    """Session 37's review: a text file named as the cache was renamed aside and replaced,
+    and another program's SQLite database got our tables. Now neither is touched."""
+    db = tmp_path / "notes.db"
+    if content == "text":
+        db.write_text("my notes\n" * 100)
+    else:
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE users (name TEXT)")
+    before = db.read_bytes()
+    for read_only in (None, True):
+        with pytest.raises(cache_files.NotACacheError, match="is not a cutlass-sparse kernel cache"):
+            KernelCache(db, read_only=read_only)
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
 
 
 def test_truncated_entry_is_dropped(tmp_path):

@@ -81,6 +81,7 @@ class KernelCache(Maintenance):
         if not read_only:
             trust.make_cache_dir(self.path.parent)
         self._real = trust.check_cache_location(self.path)
+        cache_files.check_recognised(self._real)   # never set aside, nor write into, a file not ours
         self._lock = threading.Lock()
         self._overlay: dict[str, Entry] = {}
         self._overlay_winners: dict[str, tuple[dict, list]] = {}
@@ -136,13 +137,15 @@ class KernelCache(Maintenance):
                 return self._connect_read_only("?mode=ro&readonly_shm=1")
             except sqlite3.DatabaseError as exc:
                 failed = exc
-        warnings.warn(f"read-only kernel cache {self.path} is unreadable ({failed}); compiling into memory")
+        warnings.warn(f"kernel cache {self.path} (opened read-only) is unreadable ({failed}): nothing is served "
+                      "from it, and kernels compiled now stay in memory")
         return None
 
     def _connect_read_only(self, mode: str) -> sqlite3.Connection:
         conn = sqlite3.connect(self._real.as_uri() + mode, uri=True, timeout=60.0,
                                check_same_thread=False, isolation_level=None)
         try:
+            cache_files.check_tables(conn, self.path)
             conn.execute("SELECT count(*) FROM kernels").fetchone()
         except BaseException:
             conn.close()   # else the next open in this process inherits its failed shared memory
@@ -158,6 +161,7 @@ class KernelCache(Maintenance):
         while True:
             try:
                 conn.execute("PRAGMA busy_timeout=60000")
+                cache_files.check_tables(conn, self.path)   # before anything is written to it
                 conn.execute(f"PRAGMA journal_mode={self._journal}")
                 conn.executescript(cache_files.SCHEMA)
                 conn.execute("SELECT count(*) FROM kernels").fetchone()
@@ -168,7 +172,7 @@ class KernelCache(Maintenance):
                     conn.close()
                     raise
                 time.sleep(0.05)
-            except sqlite3.DatabaseError:
+            except (sqlite3.DatabaseError, cache_files.NotACacheError):
                 conn.close()
                 raise
 

@@ -11,7 +11,7 @@ import warnings
 import zlib
 from pathlib import Path
 
-from .. import env
+from .. import env, trust
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kernels (
@@ -35,6 +35,37 @@ CREATE TABLE IF NOT EXISTS toolchains (
     created REAL NOT NULL
 )
 """
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+class NotACacheError(trust.UntrustedPathError):
+    """A file at the cache's path that is not one of ours (not SQLite, or another program's
+    database): refused and left exactly as it is. A damaged cache of ours is set aside instead."""
+
+    def __init__(self, path: Path, what: str):
+        super().__init__(path, f"is not a cutlass-sparse kernel cache ({what})",
+                         "point CUTLASS_SPARSE_CACHE (or --path) at another file; this one is left as it is")
+
+
+def check_recognised(path: Path) -> None:
+    """Raise NotACacheError unless path is absent, empty, or starts as an SQLite database."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except (FileNotFoundError, IsADirectoryError):
+        return
+    if head and head != SQLITE_HEADER:
+        raise NotACacheError(path, "it does not start as an SQLite database")
+
+
+def check_tables(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise NotACacheError for a database that holds tables but no `kernels`: another
+    program's, which must not get ours added to it."""
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables and "kernels" not in tables:
+        raise NotACacheError(path, f"a database with the tables {', '.join(sorted(tables))}")
 
 
 # A stored cubin is zlib-packed behind this tag (cache format 3). An sm90 cubin is about 3.6 MB,

@@ -164,9 +164,29 @@ def _lookup(config, arch, cache):
         entry = cache.get(old)   # an earlier format's entry serves as it is
         if entry is not None:
             break
+    if entry is not None and not _holds(entry, config, arch):
+        entry = None
     found = None if entry is None else CompiledKernel(config, arch, key, entry.cubin, entry.meta["constants"],
                                                        True, entry.meta["compile_seconds"])
     return found, emitted, options, key
+
+
+def _holds(entry, config, arch: str) -> bool:
+    """Whether a cached entry is the kernel its key names: its name, arch and the name of its
+    stored description (the kernel's identity; run-time fields such as the swizzle are not
+    in the source, so one entry serves them all) are the asked kernel's. The key hashes the
+    source, so only a hand-edited file or a broken merge can disagree; such an entry is not
+    served."""
+    stored = entry.meta.get("config")
+    try:
+        described = (config.from_json(stored) if hasattr(config, "from_json") else type(config)(**stored))
+    except (TypeError, ValueError):
+        described = None
+    if entry.name == config.name and entry.arch == arch and getattr(described, "name", None) == config.name:
+        return True
+    warnings.warn(f"kernel cache entry {entry.key[:12]} is filed under {config.name} for {arch} but describes "
+                  f"{getattr(described, 'name', entry.name)} for {entry.arch}: not served")
+    return False
 
 
 # What a compile takes on one CPU core (docs/compile_time.md; README "Kernel cache"): the

@@ -60,6 +60,11 @@ def main(args) -> int:
             raise UsageError(f"argument --path: no cache file at {args.path}")
         log.info("no cache file at %s yet: nothing to %s", path, args.action)
         return 0
+    if args.action == "merge":
+        if not path.parent.is_dir():   # a mistyped --path makes no directories
+            raise UsageError(f"argument --path: no directory {path.parent} to write {path.name} in")
+        for source in args.sources:    # before --path is made: a failed merge leaves no new file
+            _check_readable(Path(source))
     if args.action == "merge" and args.ship:
         for source, added in cache_ship.ship(path, args.sources):
             print(f"{source}: {added} entries added to {path}")
@@ -70,7 +75,22 @@ def main(args) -> int:
             shipped.close()
     cache = KernelCache(path, read_only=True if args.action in ("ls", "stats") else None)
     try:
-        return ACTION[args.action](cache, args)
+        done = ACTION[args.action](cache, args)
+        if args.action in ("ls", "stats") and not cache.readable:   # unreadable, or found damaged while listing
+            print(f"{path} is damaged or unreadable: nothing in it was listed; run "
+                  f"'cutlass-sparse cache verify --path {path}'")
+            return 1
+        return done
+    finally:
+        cache.close()
+
+
+def _check_readable(source: Path) -> None:
+    """A merge source that is not a readable cache stops the merge before anything is written."""
+    cache = KernelCache(source, read_only=True)
+    try:
+        if not cache.readable:
+            raise RuntimeError(f"cannot merge kernel cache {source}: it is not a readable cache file")
     finally:
         cache.close()
 
