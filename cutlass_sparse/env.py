@@ -131,7 +131,7 @@ def shard_from_environment() -> tuple[int, int, str] | None:
     if env.get("SLURM_ARRAY_TASK_ID"):
         task, count = _env_int("SLURM_ARRAY_TASK_ID"), _env_int("SLURM_ARRAY_TASK_COUNT")
         low, step = _env_int("SLURM_ARRAY_TASK_MIN", task if count == 1 else 0), _env_int("SLURM_ARRAY_TASK_STEP", 1)
-        index, off_step = divmod(task - low, max(step, 1))
+        index, off_step = divmod(task - low, step)
         if off_step or not 0 <= index < count:
             raise ValueError(f"SLURM_ARRAY_TASK_ID={task} is not one of {count} evenly spaced array ids from "
                              f"SLURM_ARRAY_TASK_MIN={low} (step {step}): submit with --array=0-{count - 1}, or "
@@ -158,8 +158,9 @@ def _env_int(name: str, default: int | None = None) -> int:
         value = int(text, 10)
     except ValueError:
         raise ValueError(f"{name}={text!r} is not an integer") from None
-    if value < 0 or (value == 0 and name.endswith("COUNT")):
-        raise ValueError(f"{name}={value}: must be {'>= 1' if name.endswith('COUNT') else '>= 0'}")
+    positive = name.endswith(("COUNT", "STEP"))   # a count or a step of 0 means nothing
+    if value < 0 or (value == 0 and positive):
+        raise ValueError(f"{name}={value}: must be {'>= 1' if positive else '>= 0'}")
     return value
 
 

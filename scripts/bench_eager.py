@@ -19,7 +19,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -232,7 +231,9 @@ def profile_decode(torch, cs, tokens: int = 16) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from cutlass_sparse.cli.args import Parser   # a bad command line: one line, exit 2
+
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--quick", action="store_true", help="one MLP shape, three token counts")
     parser.add_argument("--cprofile", action="store_true",

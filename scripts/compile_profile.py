@@ -116,7 +116,9 @@ def summarize_trace(path: Path, top: int = 15, threshold: float = 1.0) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from cutlass_sparse.cli.args import Parser   # a bad command line: one line, exit 2
+
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("shape", help="default (4096^3), decode (4096x16x4096) or MxNxK")
     p.add_argument("-o", "--option", action="append", default=[], help="extra NVRTC option (repeatable)")
     p.add_argument("--drop-option", action="append", default=[], help="remove an emitted option")

@@ -7,7 +7,6 @@ the same N calls, divided by N. Needs a GPU.
 
 --cprofile also prints where cs.matmul's host time goes (cProfile, by own time).
 """
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import cupy  # noqa: E402
 
 import cutlass_sparse as cs  # noqa: E402
 from cutlass_sparse import reference  # noqa: E402
+from cutlass_sparse.cli.args import Parser, positive_int  # noqa: E402
 
 
 def host_us(call, calls: int) -> float:
@@ -33,8 +33,8 @@ def host_us(call, calls: int) -> float:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=2000)
+    p = Parser(description=__doc__.splitlines()[0])   # a bad command line: one line, exit 2
+    p.add_argument("--calls", type=positive_int, default=2000)
     p.add_argument("--family", default="sm80", choices=["sm80", "sm90"])
     p.add_argument("--cprofile", action="store_true")
     args = p.parse_args()

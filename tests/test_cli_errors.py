@@ -14,6 +14,7 @@ from cutlass_sparse import reference
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"run": "run_gemm.py", "warmup": "warmup_cache.py", "bench": "bench.py"}
 RUN = ["run", "--m", "64", "--n", "64", "--k", "64"]
+LONG_NAME = "{cache_dir}/" + "x" * 300 + ".db"   # stat() fails (ENAMETOOLONG) even for root
 
 # (id, command line, what the one error line must mention)
 BAD = [
@@ -70,6 +71,27 @@ BAD = [
     ("bench-family", ["bench", "--family", "sm70"], "--family"),
     ("unknown-command", ["frob"], "frob"),
     ("no-command", [], "COMMAND"),
+    # A path that cannot be examined (here a name too long; for a user, a directory they may not read)
+    ("path-unexaminable", ["cache", "ls", "--path", LONG_NAME], "--path: cannot examine"),
+    ("source-unexaminable", ["cache", "merge", "--path", "{cache_dir}/out.db", LONG_NAME], "SOURCE: cannot examine"),
+    ("tune-unexaminable", ["warmup", "--tune", LONG_NAME], "--tune: cannot examine"),
+    ("warmup-cache-directory", ["warmup", "--cache", "{cache_dir}"], "--cache: '{cache_dir}' is a directory"),
+    ("warmup-cache-empty", ["warmup", "--cache", ""], "--cache: '' is empty"),
+    ("warmup-cache-unexaminable", ["warmup", "--cache", LONG_NAME], "--cache: cannot examine"),
+    ("emit-path-no-directory", [*RUN, "--emit-only", "--emit-path", "{cache_dir}/missing/x.cu"], "--emit-path"),
+    ("emit-path-directory", [*RUN, "--emit-only", "--emit-path", "{cache_dir}"], "--emit-path: '{cache_dir}' is a"),
+    ("emit-path-empty", [*RUN, "--emit-only", "--emit-path", ""], "--emit-path: '' is empty"),
+    ("seed-negative", [*RUN, "--seed", "-1"], "--seed: must be an integer >= 0"),
+    ("m-over-int", ["run", "--m", "2147483648", "--n", "64", "--k", "64"], "--m: must be <= 2147483647"),
+    ("m-huge", ["run", "--m", "99999999999999999999999", "--n", "64", "--k", "64"], "--m: must be <= 2147483647"),
+    ("k-over-int", ["run", "--m", "64", "--n", "64", "--k", "4294967296"], "--k: must be <= 2147483647"),
+    ("m-arabic-indic-digit", ["run", "--m", "\u0663", "--n", "64", "--k", "64"], "--m: expected an integer"),
+    ("bench-shape-over-int", ["bench", "--shapes", "4096x2147483648x4096"], "--shapes"),
+    ("quiet-and-verbose", ["-q", *RUN, "-v"], "-q/--quiet: not allowed with argument -v/--verbose"),
+    ("emit-only-profile", [*RUN, "--emit-only", "--profile"], "--profile: not with --emit-only"),
+    ("warmup-only-matches-nothing", ["warmup", "--only", "ZZZ"], "--only: 'ZZZ' matches no kernel"),
+    ("warmup-preset-only-matches-nothing", ["warmup", "--arch", "sm_90", "--preset", "llm", "--only", "ZZZ"],
+     "--only: 'ZZZ' matches no kernel"),
 ]
 
 
@@ -95,11 +117,12 @@ def cli(places, args, script=None, **env):
                           capture_output=True, text=True, timeout=300)
 
 
-def assert_usage_error(result, mention):
+def assert_usage_error(result, mention, places=None):
     lines = result.stderr.splitlines()
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr + result.stdout
     assert len(lines) == 1, result.stderr
+    mention = mention if places is None else mention.format(cache_dir=places["cache_dir"])
     assert lines[0].startswith("cutlass-sparse: error: ") and mention in lines[0], lines[0]
 
 
@@ -116,7 +139,7 @@ def assert_nothing_written(places):
 
 @pytest.mark.parametrize("args, mention", [case[1:] for case in BAD], ids=[case[0] for case in BAD])
 def test_bad_command_line_is_one_clear_line(places, args, mention):
-    assert_usage_error(cli(places, args), mention)
+    assert_usage_error(cli(places, args), mention, places)
     assert_nothing_written(places)
 
 
@@ -206,7 +229,10 @@ def test_compile_failure_is_one_line_and_the_log_is_under_verbose(places):
     quiet = cli(places, args, CUTLASS_SPARSE_NO_COMPILE="1")
     lines = quiet.stderr.splitlines()
     assert quiet.returncode == 1 and len(lines) == 1 and "Traceback" not in quiet.stderr, quiet.stderr
-    assert lines[0].startswith("cutlass-sparse: NVRTC failed to compile") and "--verbose" in lines[0]
+    # NVRTC never ran: the line says compiling is forbidden and which kernel the cache lacks
+    assert lines[0].startswith("cutlass-sparse: compilation disabled by CUTLASS_SPARSE_NO_COMPILE and the kernel "
+                               "cache") and " lacks cutlass_tensorop_" in lines[0] and "--verbose" in lines[0]
+    assert "NVRTC failed" not in quiet.stderr
     verbose = cli(places, [*args, "--verbose"], CUTLASS_SPARSE_NO_COMPILE="1")
     assert verbose.returncode == 1 and "compilation disabled by CUTLASS_SPARSE_NO_COMPILE" in verbose.stderr
     assert "Traceback" in verbose.stderr
@@ -253,7 +279,75 @@ def test_bad_command_lines_lose_no_cache_entry(places):
     before = sorted(cache.keys())
     cache.close()
     for _, args, mention in BAD:
-        assert_usage_error(cli(places, args), mention)
+        assert_usage_error(cli(places, args), mention, places)
     after = KernelCache(db)
     assert sorted(after.keys()) == before and after.verify() == [] and len(after.winners()) == 1
     assert not list(places["cwd"].iterdir())
+
+
+def test_slurm_step_of_zero_is_a_usage_error(places):
+    """env.shard_from_environment would read a step of 0 as 1 (shard 1/4 of ids 0, 1, 2, 3).
+    Compiling forbidden: were the step let through, the warm-up fails fast instead of compiling."""
+    result = cli(places, ["warmup", "--arch", "sm_80"], SLURM_ARRAY_TASK_ID="1", SLURM_ARRAY_TASK_COUNT="4",
+                 SLURM_ARRAY_TASK_STEP="0", CUTLASS_SPARSE_NO_COMPILE="1")
+    assert_usage_error(result, "SLURM_ARRAY_TASK_STEP=0: must be >= 1")
+    assert_nothing_written(places)
+
+
+@pytest.mark.skipif(reference.gpu_available(), reason="exercises the no-GPU path")
+def test_plan_refusal_comes_before_the_compile_only_banner(places):
+    result = cli(places, [*RUN, "--split-k", "1000"])
+    assert_usage_error(result, "split_k=1000")
+    assert result.stdout == ""   # no "no GPU found: compiling only" line before the error
+    assert_nothing_written(places)
+
+
+# Developer scripts with their own options: the package's parser, so one line too.
+OWN_PARSER_SCRIPTS = [("compile_profile.py", ["default", "--bogus"]), ("host_overhead.py", ["--bogus"]),
+                      ("bench_eager.py", ["--bogus"]), ("host_overhead.py", ["--calls", "0"])]
+
+
+@pytest.mark.parametrize("script, args", OWN_PARSER_SCRIPTS, ids=[f"{s}-{a[-1]}" for s, a in OWN_PARSER_SCRIPTS])
+def test_scripts_with_their_own_options_give_one_line(places, script, args):
+    result = cli(places, args, script=script)
+    assert_usage_error(result, "--calls" if "--calls" in args else "unrecognized arguments: --bogus")
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args, option", [(["cache", "ls", "--path", "/locked/x.db"], "--path"),
+                                          (["warmup", "--tune", "/locked/shapes.txt"], "--tune"),
+                                          (["warmup", "--cache", "/locked/x.db"], "--cache"),
+                                          ([*RUN, "--emit-only", "--emit-path", "/locked/x.cu"], "--emit-path")])
+def test_path_in_an_unreadable_directory_is_a_usage_error(monkeypatch, capsys, args, option):
+    """What an unprivileged user meets (stat() raising PermissionError), in process: root
+    passes any permission check."""
+    from cutlass_sparse.cli.main import main
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    for test in ("is_dir", "is_file"):
+        monkeypatch.setattr(Path, test, refused)
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    lines = capsys.readouterr().err.splitlines()
+    assert exited.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"cutlass-sparse: error: argument {option}: cannot examine") and \
+        "(Permission denied)" in lines[0], lines[0]
+
+
+def test_emit_path_that_cannot_be_written_is_a_usage_error(places, monkeypatch, capsys):
+    """The argument check passes (the directory exists) but the write is refused: still one
+    line naming --emit-path, exit 2."""
+    from cutlass_sparse.cli.main import main
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "write_text", refused)
+    target = places["cwd"] / "x.cu"
+    with pytest.raises(SystemExit) as exited:
+        main([*RUN, "--emit-only", "--emit-path", str(target)])
+    lines = capsys.readouterr().err.splitlines()
+    assert exited.value.code == 2 and len(lines) == 1, lines
+    assert lines[0] == f"cutlass-sparse: error: argument --emit-path: cannot write '{target}' (Permission denied)"

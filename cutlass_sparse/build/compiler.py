@@ -26,8 +26,11 @@ BASE_OPTIONS = (
 class CompileError(RuntimeError):
     """NVRTC rejected a kernel. Carries the log, the options and where the source was dumped."""
 
-    def __init__(self, name: str, log: str, options: list[str], source_path: Path):
+    def __init__(self, name: str, log: str, options: list[str], source_path: Path | None):
         self.name, self.log, self.options, self.source_path = name, log, options, source_path
+        if source_path is None:   # refused before NVRTC ran (CUTLASS_SPARSE_NO_COMPILE)
+            super().__init__(f"{log}: not compiling {name}\noptions: {' '.join(options)}")
+            return
         super().__init__(
             f"NVRTC failed to compile {name}; source dumped to {source_path}\n"
             f"options: {' '.join(options)}\n{log}"
@@ -83,7 +86,7 @@ def compile_to_cubin(source: str, name: str, options: list[str],
     from cuda.bindings import nvrtc
 
     if env.compile_disabled():
-        raise CompileError(name, "compilation disabled by CUTLASS_SPARSE_NO_COMPILE", options, dump_source(source, name))
+        raise CompileError(name, "compilation disabled by CUTLASS_SPARSE_NO_COMPILE", options, None)   # nothing failed
 
     start = time.perf_counter()
     all_options = [*options, *include_options()]

@@ -17,6 +17,7 @@ PROG = "cutlass-sparse"
 # The oldest GPUs with sparse tensor cores (mma.sp): Ampere, compute capability 8.0.
 MIN_SPARSE_ARCH = 80
 SM90_TARGET = "sm_90a"   # wgmma.sp exists only in the arch-specific target
+MAX_GEMM_SIZE = 2**31 - 1   # CUTLASS's GemmCoord holds each of M, N and K in an int
 
 
 class UsageError(ValueError):
@@ -31,14 +32,40 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def ascii_int(text: str) -> int:
+    """int(text, 10) for ASCII digits only: int() also takes other scripts' digits (an
+    Arabic-Indic three is 3) and underscores, which no size on a command line should use."""
+    if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", text):
+        raise ValueError(text)
+    return int(text, 10)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = ascii_int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1 (sizes, slices, jobs, repeats)."""
-    try:
-        value = int(text, 10)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (a random seed: NumPy refuses negative ones)."""
+    return _int_at_least(text, 0)
+
+
+def gemm_size(text: str) -> int:
+    """M, N or K: 1 to MAX_GEMM_SIZE."""
+    value = positive_int(text)
+    if value > MAX_GEMM_SIZE:
+        raise argparse.ArgumentTypeError(f"must be <= {MAX_GEMM_SIZE} (2**31 - 1: CUTLASS sizes are 32-bit ints), "
+                                         f"got {value}")
     return value
 
 
@@ -46,7 +73,7 @@ def shard(text: str) -> tuple[int, int]:
     """'i/N': this machine's share of the list, 0 <= i < N."""
     index, slash, count = text.partition("/")
     try:
-        index_value, count_value = int(index, 10), int(count, 10)
+        index_value, count_value = ascii_int(index), ascii_int(count)
     except ValueError:
         index_value = count_value = None
     if not slash or index_value is None:
@@ -117,16 +144,16 @@ def family_arch(family: str | None, target: str | None) -> tuple[str, str]:
 
 
 def shape(text: str) -> tuple[int, int, int]:
-    """'MxNxK' with every size >= 1."""
+    """'MxNxK' with every size 1 to MAX_GEMM_SIZE."""
     parts = text.lower().split("x")
     try:
-        sizes = tuple(int(p, 10) for p in parts)
+        sizes = tuple(ascii_int(p) for p in parts)
     except ValueError:
         sizes = ()
     if len(sizes) != 3:
         raise argparse.ArgumentTypeError(f"expected MxNxK (e.g. 4096x4096x4096), got {text!r}")
-    if min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: M, N and K must be >= 1")
+    if min(sizes) < 1 or max(sizes) > MAX_GEMM_SIZE:
+        raise argparse.ArgumentTypeError(f"{text!r}: M, N and K must be >= 1 and <= {MAX_GEMM_SIZE} (2**31 - 1)")
     return sizes
 
 
@@ -145,18 +172,34 @@ def choice_list(choices: tuple[str, ...]):
     return parse
 
 
+def _examined(text: str, test) -> bool:
+    """test(path) for a path argument; a path that cannot be examined (a directory on the
+    way the user may not read, a name too long) is a bad argument, not a traceback."""
+    try:
+        return test(Path(text).expanduser())
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot examine {text!r} ({exc.strerror or exc})") from None
+
+
 def cache_file(text: str) -> Path:
     """A cache file's path: not empty, not a directory (the file itself may not exist yet)."""
-    path = Path(text).expanduser()
-    if not text or path.is_dir():
+    if not text or _examined(text, Path.is_dir):
         raise argparse.ArgumentTypeError(f"{text!r} is {'empty' if not text else 'a directory'}: name a cache file "
                                          "(e.g. ~/.cache/cutlass_sparse/compiled_cache.db)")
-    return path
+    return Path(text).expanduser()
 
 
 def existing_file(text: str) -> Path:
     """A file that exists (read, never created)."""
-    path = Path(text).expanduser()
-    if not path.is_file():
+    if not _examined(text, Path.is_file):
         raise argparse.ArgumentTypeError(f"no such file: {text}")
-    return path
+    return Path(text).expanduser()
+
+
+def output_file(text: str) -> Path:
+    """A file to write: not empty, not a directory, in a directory that exists."""
+    if not text or _examined(text, Path.is_dir):
+        raise argparse.ArgumentTypeError(f"{text!r} is {'empty' if not text else 'a directory'}: name a file")
+    if not _examined(text, lambda path: path.parent.is_dir()):
+        raise argparse.ArgumentTypeError(f"{text!r}: no directory {str(Path(text).expanduser().parent)!r}")
+    return Path(text).expanduser()

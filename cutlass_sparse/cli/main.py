@@ -80,8 +80,10 @@ def _messages(verbose: bool, quiet: bool):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    verbose = getattr(args, "verbose", False)
-    with _messages(verbose, getattr(args, "quiet", False)):
+    verbose, quiet = getattr(args, "verbose", False), getattr(args, "quiet", False)
+    if verbose and quiet:   # checked here: either may come before or after the command
+        parser.error("argument -q/--quiet: not allowed with argument -v/--verbose")
+    with _messages(verbose, quiet):
         try:
             return args.handler(args) or 0
         except UsageError as exc:

@@ -30,9 +30,9 @@ DEFAULT_SM_COUNT = 132   # an H100 SXM; the tile choice depends on it (--sm-coun
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--m", type=types.positive_int, required=True, help="rows of the sparse A and of D")
-    p.add_argument("--n", type=types.positive_int, required=True, help="columns of x and of D")
-    p.add_argument("--k", type=types.positive_int, required=True, help="the reduced dimension")
+    p.add_argument("--m", type=types.gemm_size, required=True, help="rows of the sparse A and of D")
+    p.add_argument("--n", type=types.gemm_size, required=True, help="columns of x and of D")
+    p.add_argument("--k", type=types.gemm_size, required=True, help="the reduced dimension")
     p.add_argument("--dtype", default="f16", choices=list(TOLERANCE), help="A and x (default f16)")
     p.add_argument("--out-dtype", default=None, choices=["f16", "bf16", "f32"], help="D (default: --dtype)")
     p.add_argument("--layout-b", default="row", choices=["row", "col"], help="x row- or column-major")
@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"SMs of the GPU the compile-only run prepares for (the tile choice depends on it; "
                         f"default {DEFAULT_SM_COUNT}, an H100)")
     p.add_argument("--emit-only", action="store_true", help="write the emitted C++ of the GEMM and stop")
-    p.add_argument("--emit-path", default=None, help="where --emit-only writes (default: stdout)")
+    p.add_argument("--emit-path", default=None, type=types.output_file,
+                   help="where --emit-only writes (default: stdout)")
     p.add_argument("--split-k", type=types.positive_int, default=None, help="K slices (default: chosen per shape)")
     p.add_argument("--split-k-mode", default=None, choices=["serial", "parallel"],
                    help="serial: slices add into D in the GEMM; parallel (sm80): fp32 partials + reduction kernel")
@@ -59,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="on a cold cache, wait for the sm90 kernels to compile (a minute or two) instead of "
                         "running the sm80 family meanwhile while they compile in a background process")
     p.add_argument("--repeats", type=types.positive_int, default=20, help="calls per timed CUDA graph")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=types.non_negative_int, default=0, help="operands' random seed (default 0)")
 
 
 def main(args) -> int:
@@ -67,6 +68,9 @@ def main(args) -> int:
 
     if args.emit_path and not args.emit_only:
         raise UsageError("argument --emit-path: only with --emit-only")
+    if args.profile and args.emit_only:
+        raise UsageError("argument --profile: not with --emit-only (--profile times kernels on a GPU; "
+                         "--emit-only only writes the source)")
     config = _named_config(args.config, args.family)
     hint = args.family or (None if config is None else "sm90" if config.family == "sm90" else "sm80")
     family, target = types.family_arch(hint, args.arch)
@@ -131,15 +135,20 @@ def stand_in(problem: Problem) -> str | None:
             f"use them (--no-stand-in waits instead)")
 
 
-def needed_kernels(problem: Problem, config=None) -> list:
-    """Compile (or find cached) every kernel a GPU run of `problem` launches; returns the
-    CompiledKernels. The plan is the one cs.matmul makes (no GPU is touched: loading is lazy)."""
+def _plan(problem: Problem, config=None):
+    """The plan cs.matmul makes for `problem` (no GPU is touched: loading is lazy)."""
     from ..plan import plans
 
     try:
-        plan = plans.make(problem, config)
+        return plans.make(problem, config)
     except ValueError as exc:   # the library refuses this problem: a usage error
         raise UsageError(str(exc).splitlines()[0]) from None
+
+
+def needed_kernels(problem: Problem, config=None) -> list:
+    """Compile (or find cached) every kernel a GPU run of `problem` launches; returns the
+    CompiledKernels."""
+    plan = _plan(problem, config)
     if problem.family == "sm90":
         return [plan.compiled]
     found = [plan.gemm.kernel.compiled]
@@ -150,10 +159,22 @@ def needed_kernels(problem: Problem, config=None) -> list:
 
 def compile_only(args, family: str, target: str, config=None) -> int:
     from .. import env
+    from ..build import kernels
+    from ..build.compiler import CompileError
 
-    print(f"no GPU found: compiling only, to warm the kernel cache ({env.cache_path()})", flush=True)
     problem = problem_of(args, family, target)
-    compiled = needed_kernels(problem, config)
+    # The plan's own checks (a --split-k beyond K's tiles, say) before anything is printed:
+    # first_asked stops the plan at its first kernel, compiling nothing.
+    kernels.first_asked(lambda: _plan(problem, config))
+    print(f"no GPU found: compiling only, to warm the kernel cache ({env.cache_path()})", flush=True)
+    try:
+        compiled = needed_kernels(problem, config)
+    except CompileError as exc:
+        if not env.compile_disabled():
+            raise
+        # NVRTC never ran: say so, as warmup does, not "NVRTC failed to compile"
+        raise RuntimeError(f"compilation disabled by CUTLASS_SPARSE_NO_COMPILE and the kernel cache "
+                           f"({env.cache_path()}) lacks {exc.name}") from exc
     split = problem.split
     print(f"config        {compiled[-1 if family == 'sm90' else 0].config.name}")
     print(f"arch          {compiled[0].arch}")
@@ -182,7 +203,11 @@ def emit_only(args, family: str, config) -> int:
         config = dataclasses.replace(config, activation=args.activation)
     source = emit_source(config)
     if args.emit_path:
-        Path(args.emit_path).write_text(source)
+        try:
+            Path(args.emit_path).write_text(source)
+        except OSError as exc:   # what the argument check cannot see: permissions, a read-only disk
+            raise UsageError(f"argument --emit-path: cannot write {str(args.emit_path)!r} "
+                             f"({exc.strerror or exc})") from None
         print(f"{config.name}: source written to {args.emit_path}")
     else:
         print(source)

@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "sm_80, H100 132 for sm_90/sm_90a)")
     p.add_argument("--all-alignments", action="store_true", help="also the narrower-alignment variants")
     p.add_argument("--only", default=None, help="keep only kernels whose name contains this")
-    p.add_argument("--cache", default=None, help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)")
+    p.add_argument("--cache", default=None, type=types.cache_file,
+                   help="cache file (default: $CUTLASS_SPARSE_CACHE or ~/.cache)")
     p.add_argument("--tune", default=None, metavar="SHAPES.txt", type=types.existing_file,
                    help="also profile these problems (GPU needed): lines 'M N K [f16|bf16] [row|col] [sm80|sm90]'")
     p.add_argument("--no-catalog", action="store_true", help="skip compiling the catalog (with --tune)")
@@ -70,19 +71,22 @@ def main(args) -> int:
         if not reference.gpu_available():
             raise RuntimeError("--tune times kernels on a GPU; none is visible")
     if args.cache:
-        os.environ["CUTLASS_SPARSE_CACHE"] = str(Path(args.cache).expanduser().resolve())
-    if "sm_90" in args.arch:
-        log.info("sm_90: the sm80 family's kernels for an sm_90 GPU (the sm90 family's are --arch sm_90a)")
+        os.environ["CUTLASS_SPARSE_CACHE"] = str(args.cache.resolve())
     if args.preset:
         counts = {arch: args.sm_count for arch in args.arch} if args.sm_count else None
         items = presets.items(args.preset, args.arch, counts)
-        log.info("preset %s: %d kernels for %s", args.preset, len(items), ",".join(args.arch))
     else:
         items = warmup.catalog_items(args.arch, widest_only=not args.all_alignments)
+    listed = len(items)
     if args.only:
         items = [item for item in items if args.only in item[0].name]
-        if not items:
-            log.warning("--only %r matches no kernel of %s", args.only, ",".join(args.arch))
+        if not items:   # else a typo passes as "0 failed", a cache warm of nothing
+            raise UsageError(f"argument --only: {args.only!r} matches no kernel of {','.join(args.arch)}")
+    # said after the usage checks: a bad command line is one line on stderr
+    if "sm_90" in args.arch:
+        log.info("sm_90: the sm80 family's kernels for an sm_90 GPU (the sm90 family's are --arch sm_90a)")
+    if args.preset:
+        log.info("preset %s: %d kernels for %s", args.preset, listed, ",".join(args.arch))
     mine = [] if args.no_catalog else warmup.shard(items, index, count)
     log.info("shard %d/%d%s: %d of %d kernels, up to %d jobs, cache %s", index, count, source, len(mine), len(items),
              warmup.jobs_for(mine, args.jobs) if mine else 0, os.environ.get("CUTLASS_SPARSE_CACHE") or "default")
