@@ -39,7 +39,13 @@ from .formats.matrices import SparseBatch, SparseMatrix  # noqa: E402
 def emit_source(config: SparseGemmConfig | str) -> str:
     """The CUDA C++ that cutlass-sparse compiles for a configuration (object or procedural name)."""
     if isinstance(config, str):
-        config = catalog.find(config)
+        try:
+            config = catalog.find(config)
+        except ValueError as exc:
+            raise ValueError(f"config: {exc}") from None
+    elif not isinstance(config, SparseGemmConfig):
+        raise TypeError(f"config must be a SparseGemmConfig or a configuration's procedural name (str), "
+                        f"got {type(config).__name__}")
     return emit(config).source
 
 

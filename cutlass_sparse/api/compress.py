@@ -37,18 +37,20 @@ def compress(dense, layout: str | None = None) -> SparseMatrix:
     the work cannot fit in the memory available.
     """
     xp, element = _check_matrix(dense, "dense", batch=True)
+    if layout is not None and (not isinstance(layout, str) or layout not in LAYOUTS):
+        raise ValueError(f"layout {layout!r} must be one of {LAYOUTS}, or None for the default")
     if dense.ndim == 3:
         return _compress_batch(dense, layout, element)
-    layout = layout or default_layout(dense)
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout {layout!r} must be one of {LAYOUTS}")
+    if layout is None:
+        layout = default_layout(dense)
     m, k = dense.shape
     if m == 0 or k == 0:
         raise ValueError(f"dense must be non-empty, got shape {(m, k)}")
     check_fits(dense, sm80_layout.work_bytes(m, k, element), "dense", "compress")
     if layout == LAYOUT_SM90:
         if element not in dtypes.INPUT_NAMES:
-            raise TypeError(f"layout 'sm90' takes fp16/bf16; an {element} matrix compresses for layout='sm80'")
+            raise TypeError(f"layout 'sm90' takes fp16/bf16, not {element} ({np.dtype(dense.dtype)}): compress "
+                            f"this matrix for layout='sm80'")
         values, metadata = sm90_layout.encode(dense, element)
         return SparseMatrix((m, k), np.dtype(dense.dtype), values, metadata, layout, sm90_layout.STORED_ATOM_K)
     values, metadata = sm80_layout.encode(dense, element)

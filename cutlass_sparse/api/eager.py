@@ -252,7 +252,10 @@ def lookup(fast_key: tuple) -> Entry | None:
     if _generation != records.generation:
         clear()
         _generation = records.generation
-    entry = _entries.get(fast_key)
+    try:
+        entry = _entries.get(fast_key)
+    except TypeError:   # an unhashable option (activation=[]): never remembered; the full path names it
+        return None
     if entry is not None:
         return entry
     klass = class_key(fast_key)

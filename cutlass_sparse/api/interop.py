@@ -140,12 +140,14 @@ def _cupy_stream(ptr: int, device_index: int):
         return cupy.cuda.Stream.from_external(_StreamPointer(ptr))
 
 
-def torch_io(fn=None, *, make_out=None):
+def torch_io(fn=None, *, make_out=None, device: bool = False):
     """Let `fn` take torch tensors (positional or keyword) and give torch tensors back.
     make_out(*args, **kwargs), if given, allocates the torch tensor a call without `out=`
-    writes into (cheaper than handing a result back over DLPack), or returns None."""
+    writes into (cheaper than handing a result back over DLPack), or returns None.
+    device: `fn` takes device arrays only, so a torch CPU tensor reaches it as it is (its
+    own checks name the argument: operands.check_device_array), not as a NumPy view."""
     if fn is None:
-        return functools.partial(torch_io, make_out=make_out)
+        return functools.partial(torch_io, make_out=make_out, device=device)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -155,12 +157,12 @@ def torch_io(fn=None, *, make_out=None):
             out = make_out(*args, **kwargs)
             if out is not None:
                 kwargs = dict(kwargs, out=out)
-        return _call_with_torch(fn, args, kwargs)
+        return _call_with_torch(fn, args, kwargs, device)
     return wrapper
 
 
-def _call_with_torch(fn, args, kwargs):
-    tensors = [a for a in (*args, *kwargs.values()) if is_torch(a)]
+def _call_with_torch(fn, args, kwargs, device: bool = False):
+    tensors = [a for a in (*args, *kwargs.values()) if is_torch(a) and (not device or getattr(a, "is_cuda", False))]
     cuda = next((t for t in tensors if t.is_cuda), None)
     converted = {id(t): to_array(t) for t in tensors}
     args = tuple(converted.get(id(a), a) if is_torch(a) else a for a in args)

@@ -82,7 +82,7 @@ def _torch_fast_path(fn):
 
 
 @_torch_fast_path
-@torch_io(make_out=_torch_out)
+@torch_io(make_out=_torch_out, device=True)
 def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0.0, c=None, bias=None,
            activation: str = "identity", leaky_slope: float = 0.01, out_dtype=None,
            config: str | SparseGemmConfig | None = None, family: str | None = None,
@@ -134,12 +134,15 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         if entry is not None:
             return eager.run(entry, sw, x, out, bias)
     may_stand_in = family is None and config is None and not (autotune or force_profile)
+    # a call the fast path did not take: every rule that needs no GPU, before anything touches CUDA
+    family = operands.check_sparse(sw, family)
+    x = operands.as_device_array(x, "x")
+    config = _config(config, family)
+    operands.check_call(sw, x, family=family, out=out, alpha=alpha, beta=beta, c=c, bias=bias, activation=activation,
+                        leaky_slope=leaky_slope, out_dtype=out_dtype, split_k=split_k, split_k_mode=split_k_mode,
+                        workspace=workspace, info=info)
     # what the call allocates for itself is kept by a graph the stream may be capturing
     with graphs.Temporaries():
-        family = operands.check_sparse(sw, family)
-        if isinstance(config, str):
-            config = catalog.find(config, family)
-        x = operands.as_device_array(x, "x")
         epilogue = dict(alpha=alpha, beta=beta, c=c, bias=bias, activation=activation, leaky_slope=leaky_slope,
                         out_dtype=out_dtype, split_k=split_k)
         if (isinstance(sw, SparseBatch) or x.ndim == 3) and family == "sm90":
@@ -172,6 +175,18 @@ def matmul(sw: SparseMatrix, x, *, out=None, alpha: float = 1.0, beta: float = 0
         if stood_in_for is not None:
             info["stand_in_for"] = stood_in_for
     return result
+
+
+def _config(config, family: str):
+    """The SparseGemmConfig a call names (by its procedural name, in the family's catalog), or None."""
+    if config is None or isinstance(config, SparseGemmConfig):
+        return config
+    if not isinstance(config, str):
+        raise TypeError(f"config must be a configuration name (str) or a SparseGemmConfig, got {type(config).__name__}")
+    try:
+        return catalog.find(config, family)
+    except ValueError as exc:
+        raise ValueError(f"config: {exc}") from None
 
 
 def _as_one_wide_gemm(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, split_k,
@@ -208,7 +223,7 @@ def _as_one_wide_gemm(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slo
     return out
 
 
-@torch_io
+@torch_io(device=True)
 def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseGemmConfig | None = None,
                    family: str | None = None, split_k: int | None = None, split_k_mode: str | None = None,
                    activation: str = "identity") -> int:
@@ -220,16 +235,15 @@ def workspace_size(sw: SparseMatrix, x, *, out_dtype=None, config: str | SparseG
     import cupy
 
     family = operands.check_sparse(sw, family)
-    if isinstance(config, str):
-        config = catalog.find(config, family)
-    x = operands.as_device_array(x, "x")
+    x = operands.as_device_array(x, "x", "workspace_size")
+    config = _config(config, family)
     call = operands.gemm_call(sw, x, family=family, out_dtype=out_dtype, split_k=split_k,
                               split_k_mode=split_k_mode, activation=activation)
     with cupy.cuda.Device(call.problem.device_id):
         return plans.get(call.problem, config).workspace_bytes
 
 
-@torch_io
+@torch_io(device=True)
 def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | None = None,
          force: bool = False, jobs: int | None = None, progress=None):
     """Profile every candidate kernel for sw @ x, record the fastest verified one for this
@@ -239,7 +253,7 @@ def tune(sw, x, *, out_dtype=None, activation: str = "identity", family: str | N
     import cupy
 
     family = operands.check_sparse(sw, family)
-    x = operands.as_device_array(x, "x")
+    x = operands.as_device_array(x, "x", "tune")
     call = operands.gemm_call(sw, x, family=family, out_dtype=out_dtype, activation=activation)
     with cupy.cuda.Device(call.problem.device_id):
         return profiler.tune(call.problem, sw, call.x, force=force, jobs=jobs, progress=progress)
@@ -276,7 +290,9 @@ def linear(x, sw: SparseMatrix, bias=None, activation: str = "identity", **optio
             if done is not None:
                 return done
     if not is_torch(x):   # a torch x stays one: matmul takes it and gives torch back
-        x = operands.as_device_array(x, "x")
+        x = operands.as_device_array(x, "x", "linear")
+    elif not getattr(x, "is_cuda", True):   # a CPU tensor
+        operands.check_device_array(x, "x", "linear")
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D [tokens, K], got shape {tuple(x.shape)}")
     if "out" not in options and (options.get("family") or sw.layout) == "sm90" and \

@@ -4,6 +4,9 @@ as a Python exception that names the argument (never a kernel fault or a silent 
 answer)."""
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,26 +18,43 @@ from ..describe.problem import Epilogue, Operand, Problem, alignment_class
 from ..describe.problem import bias_by_vector, folded_c as folded_c_operand
 from ..formats.matrices import SparseBatch, SparseMatrix
 from ..launch import device
+from . import interop
 
 SPLIT_K_MODES = {"sm80": ("serial", "parallel"), "sm90": ("serial",)}
 
 
-def as_device_array(x, what: str):
-    """A CuPy view of `x` (cupy array, __cuda_array_interface__ or DLPack object); never a copy."""
+def as_device_array(x, what: str, caller: str = "matmul"):
+    """A CuPy view of `x` (cupy array, __cuda_array_interface__ or DLPack object); never a copy.
+    A host array (NumPy, a torch CPU tensor) or anything else is a TypeError naming `what`
+    and the call (`caller`) that needs a device array."""
     import cupy
 
     if isinstance(x, cupy.ndarray):
         return x
-    if isinstance(x, np.ndarray):
-        raise TypeError(f"{what} is a numpy array in host memory; matmul needs a device array "
-                        f"(cupy.ndarray, or any __cuda_array_interface__ / DLPack GPU array): "
-                        f"use cupy.asarray({what})")
+    check_device_array(x, what, caller)
     if hasattr(x, "__cuda_array_interface__"):
         return cupy.asarray(x)
-    if hasattr(x, "__dlpack__"):
-        return cupy.from_dlpack(x)
-    raise TypeError(f"{what} must be a device array (cupy.ndarray or __cuda_array_interface__), "
-                    f"got {type(x).__name__}")
+    return cupy.from_dlpack(x)
+
+
+def check_device_array(x, what: str, caller: str = "matmul") -> None:
+    """as_device_array's rule, without making a view: a TypeError naming `what` and
+    `caller` for anything that is not a device array (nothing here touches CUDA)."""
+    import cupy
+
+    if isinstance(x, cupy.ndarray):
+        return
+    if isinstance(x, np.ndarray):
+        raise TypeError(f"{what} is a numpy array in host memory; {caller} needs a device array "
+                        f"(cupy.ndarray, or any __cuda_array_interface__ / DLPack GPU array): "
+                        f"use cupy.asarray({what})")
+    if interop.is_torch(x) and getattr(x, "is_cuda", None) is False:
+        raise TypeError(f"{what} is a torch tensor on the CPU; {caller} needs a device array (a torch CUDA "
+                        f"tensor, a cupy.ndarray, or any __cuda_array_interface__ / DLPack GPU array): "
+                        f"use {what}.cuda()")
+    if not (hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__")) or isinstance(x, type):
+        raise TypeError(f"{what} must be a device array (cupy.ndarray, a torch CUDA tensor or any "
+                        f"__cuda_array_interface__ / DLPack GPU array), got {type(x).__name__}")
 
 
 def matrix_layout(x) -> tuple[str, int] | None:
@@ -117,17 +137,28 @@ def row_stride(array, cols: int) -> int:
 def output_type(element: str, out_dtype) -> str:
     """D's element: the input type by default (int32 for int8), or one the kernels offer."""
     allowed = dtypes.outputs_for(element)
-    element_out = allowed[0] if out_dtype is None else dtypes.parse(out_dtype)
+    try:
+        element_out = allowed[0] if out_dtype is None else dtypes.parse(out_dtype)
+    except (TypeError, ValueError):
+        raise ValueError(f"out_dtype {out_dtype!r} is not a dtype the kernels write: {element} inputs give "
+                         f"one of {allowed}") from None
     if element_out not in allowed:
         raise ValueError(f"out_dtype {out_dtype!r}: {element} inputs give one of {allowed}")
     return element_out
 
 
 def check_activation(activation, leaky_slope) -> None:
-    if activation not in ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r} is not one of {sorted(ACTIVATIONS)}")
-    if not np.isfinite(leaky_slope):
+    check_number(leaky_slope, "leaky_slope")
+    if not math.isfinite(leaky_slope):
         raise ValueError(f"leaky_slope must be finite, got {leaky_slope!r}")
+
+
+def check_number(value, what: str) -> None:
+    """A real number (int, float or a NumPy scalar of either; not a bool, a string or an array)."""
+    if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        raise TypeError(f"{what} must be a real number, got {type(value).__name__}")
 
 
 def check_split_k(split_k, split_k_mode, family):
@@ -226,6 +257,68 @@ def check_sparse(sw, family):
     if not sw.is_device:
         raise TypeError("sw holds host (numpy) arrays; call sw.to_device() or compress a cupy array")
     return family
+
+
+def check_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias=None, activation="identity",
+               leaky_slope=0.01, out_dtype=None, split_k=None, split_k_mode=None, workspace=None,
+               info=None) -> None:
+    """cs.matmul's rules that need no GPU, checked before anything touches CUDA (sw and
+    family by check_sparse, x made a device array, before this): x's shape and dtype
+    against sw's, the options, and the types and shapes of out, c, bias and workspace.
+    gemm_call and batched.matmul check the same again, with what needs the device."""
+    if x.ndim not in (2, 3):
+        raise ValueError(f"x must be 2-D [K, N] (or 3-D [batch, K, N]), got shape {x.shape}")
+    if x.dtype != sw.dtype:
+        raise TypeError(f"x has dtype {x.dtype}, but sw is {sw.dtype}: both operands must have the same dtype")
+    m, k = sw.shape
+    k_rows, n = x.shape[-2:]
+    weights = sw.batch if isinstance(sw, SparseBatch) else None
+    batch = x.shape[0] if x.ndim == 3 else weights
+    if x.ndim == 3 and weights is not None and batch != weights:
+        raise ValueError(f"x of shape {x.shape} must be [{weights}, K, N] (one per matrix of sw) or [K, N]")
+    if batch == 0:
+        raise ValueError("x has a batch of 0")
+    if k_rows != k:   # the messages of gemm_call and batched.matmul
+        if x.ndim == 2:
+            raise ValueError(f"x has {k_rows} rows, but sw has K = {k} columns (x must be [K, N] = [{k}, N])")
+        raise ValueError(f"x has {k_rows} rows per batch, but sw has K = {k} columns (x must be [batch, {k}, N])")
+    if n == 0:
+        raise ValueError("x has N = 0 columns")
+    check_same_device(sw.values, "sw", x.device.id)
+    element = dtypes.operand_name(sw.dtype)
+    element_out = output_type(element, out_dtype)
+    np_out = dtypes.numpy_dtype(element_out)
+    check_number(alpha, "alpha")
+    check_number(beta, "beta")
+    check_activation(activation, leaky_slope)
+    split_k, split_k_mode = check_split_k(split_k, split_k_mode, family)
+    if batch is not None and family == "sm80" and split_k not in (None, 1):
+        raise ValueError("split_k cannot be combined with a batched x (the batch takes the grid's third dimension)")
+    if element == "s8":
+        check_int8(element_out, activation, split_k, split_k_mode)
+    if info is not None and not isinstance(info, MutableMapping):
+        raise TypeError(f"info must be a dict (it receives what was chosen) or None, got {type(info).__name__}")
+    if beta != 0.0 and c is None:
+        raise ValueError("beta is non-zero but c is None")
+    if out is None and c is None and bias is None and workspace is None:
+        return
+    shape = (m, n) if batch is None else (batch, m, n)
+    for what, array, shapes in (("out", out, (shape,)), ("c", c if beta != 0.0 else None, tuple({(m, n): 0, shape: 0})),
+                                ("bias", bias, ((m,), (m, 1), (1, n))), ("workspace", workspace, None)):
+        if array is None:
+            continue
+        check_device_array(array, what)
+        if shapes is None or not hasattr(array, "shape") or not hasattr(array, "dtype"):
+            continue   # a device array of another kind: checked once it is a CuPy view
+        if what == "bias":   # with_bias's rules and messages
+            if array.dtype != np_out:
+                raise TypeError(f"bias has dtype {array.dtype}; it must have the output dtype {np_out}")
+            if tuple(array.shape) not in shapes:
+                raise ValueError(f"bias of shape {tuple(array.shape)} must be [{m}] or [{m}, 1] (one per output row) "
+                                 f"or [1, {n}] (one per column)")
+        elif tuple(array.shape) not in shapes or array.dtype != np_out:
+            wanted = " or ".join(str(list(s)) for s in shapes)
+            raise ValueError(f"{what} must be {wanted} of dtype {np_out}, got {tuple(array.shape)} {array.dtype}")
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,11 @@ def _convert_metadata_now(sw, atom_k: int) -> None:
 class Plan:
     """cs.matmul(sw, x, **options) made once, called per x (see the module docstring)."""
 
-    @torch_io
+    @torch_io(device=True)
     def __init__(self, sw, x, **options):
         import cupy
 
-        x = operands.as_device_array(x, "x")
+        x = operands.as_device_array(x, "x", "plan")
         for key in ("out", "info", "workspace"):
             if key in options:
                 raise TypeError(f"plan() takes no {key!r}: pass out= to each call")
@@ -162,7 +162,7 @@ class Plan:
             self._launch(x_ptr, out_ptr, torch_stream(device))
         return out
 
-    @torch_io(make_out=_torch_out)
+    @torch_io(make_out=_torch_out, device=True)
     def _call(self, x, out=None):
         import cupy
 
@@ -244,7 +244,7 @@ class Plan:
         self.family_plan.keep_again(self._agains, again_key, ready, stream)
 
 
-@torch_io
+@torch_io(device=True)
 def plan(sw, x, **options) -> Plan:
     """A reusable call of cs.matmul(sw, x, **options) for inputs shaped like x (see Plan)."""
     return Plan(sw, x, **options)

@@ -67,7 +67,7 @@ def _data(x, element: str, what: str, x_element: str | None = None):
         if found is None:
             raise TypeError(f"{what} must be a tensor of {[str(_torch_dtype(e)) for e in allowed]}, got {x.dtype}")
         return to_array(x.view(torch.uint8) if found != "s8" else x), _matching(found, x_element, what)
-    array = operands.as_device_array(x, what)
+    array = operands.as_device_array(x, what, f"linear_{_NAMES[element]}")
     found = {dtypes.numpy_dtype(e): e for e in allowed}.get(array.dtype)
     if found is None and element != "s8" and array.dtype == np.uint8:
         found = x_element or element
@@ -90,10 +90,9 @@ def quantize_weight(w, element: str) -> SparseMatrix:
     allocator (as cs.compress does), so the weight is ordered with torch's work."""
     import cupy
 
-    if not is_torch(w):
-        return _quantized_weight(operands.as_device_array(w, "w"), element)
-    if not w.is_cuda:   # a host tensor: its NumPy view, copied to the GPU on the way
-        return _quantized_weight(to_array(w), element)
+    caller = f"quantize_{_NAMES[element]}"
+    if not is_torch(w) or not getattr(w, "is_cuda", False):   # a torch CPU tensor: refused, naming w
+        return _quantized_weight(operands.as_device_array(w, "w", caller), element)
     index = w.device.index
     with cupy.cuda.Device(index), torch_stream(index), torch_memory.using(index):
         return _quantized_weight(to_array(w), element)
@@ -143,7 +142,7 @@ def quantize_activations(x, element: str):
         if element == "s8":
             scaled = scaled.round().clamp(-LARGEST["s8"], LARGEST["s8"])
         return scaled.to(_torch_dtype(element)).contiguous(), scales.reshape(-1).contiguous()
-    array = operands.as_device_array(x, "x")
+    array = operands.as_device_array(x, "x", f"quantize_activations_{'int8' if element == 's8' else 'fp8'}")
     if array.ndim != 2:
         raise ValueError(f"x must be 2-D [tokens, K], got shape {tuple(array.shape)}")
     quantized, scales = quantize(dtypes.to_float32(array), element, axis=1)
@@ -155,14 +154,14 @@ def _storage(element: str) -> np.dtype:
     return np.dtype(np.uint8) if element in ("e4m3", "e5m2") else dtypes.numpy_dtype(element)
 
 
-def _out_array(out, n: int, m: int, out_dtype: str):
+def _out_array(out, n: int, m: int, out_dtype: str, caller: str = "linear_quantized"):
     """(what the caller gets, its device pointer) for a caller's out: contiguous [n, m]."""
-    if is_torch(out):
+    if is_torch(out) and getattr(out, "is_cuda", False):
         import torch
 
         d = to_array(out.view(torch.uint8) if out.dtype == torch.float8_e4m3fn else out)
     else:
-        d = operands.as_device_array(out, "out")
+        d = operands.as_device_array(out, "out", caller)
     item = dtypes.numpy_dtype(out_dtype).itemsize
     if d.shape != (n, m) or d.dtype not in (_storage(out_dtype), dtypes.numpy_dtype(out_dtype)) \
             or d.strides != (m * item, item):
@@ -221,7 +220,8 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
             raise ValueError(f"x_scales, as one per-tensor scale, must be a positive finite number, got {x_scales!r}")
         scale_ptrs, alpha = (sw.scales.data.ptr, 0), float(x_scales)   # a null column pointer reads 1
     elif not raw:
-        scales = to_array(x_scales) if is_torch(x_scales) else operands.as_device_array(x_scales, "x_scales")
+        scales = to_array(x_scales) if is_torch(x_scales) and getattr(x_scales, "is_cuda", False) else \
+            operands.as_device_array(x_scales, "x_scales", f"linear_{_NAMES[element]}")
         if scales.shape != (n,) or scales.dtype != np.float32 or scales.strides != (4,):
             raise ValueError(f"x_scales must be a contiguous float32 [{n}] array (one per token), "
                              f"got {scales.dtype} {tuple(scales.shape)}")
@@ -232,7 +232,7 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
     # operands), kept by a graph it may be capturing
     with stream, torch_memory.using(device_id) if torch_in else contextlib.nullcontext(), \
             graphs.Temporaries(stream):
-        row_bias = None if bias is None else _bias(bias, m)
+        row_bias = None if bias is None else _bias(bias, m, f"linear_{_NAMES[element]}")
         scale_ptrs += (0 if row_bias is None else row_bias.data.ptr,)
         kernel_k = sw.padded_k or k
         if kernel_k != k:   # the weight's zero columns meet zero columns of x
@@ -242,7 +242,7 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
         elif x.strides != (k, 1):   # a strided view: one contiguous copy (x.T is then K-major)
             x = cupy.ascontiguousarray(x)
         if out is not None:
-            y, d_ptr = _out_array(out, n, m, out_dtype)
+            y, d_ptr = _out_array(out, n, m, out_dtype, f"linear_{_NAMES[element]}")
         elif torch_in:
             import torch
 
@@ -269,12 +269,13 @@ def linear_quantized(xq, x_scales, sw: SparseMatrix, *, bias=None, activation: s
     return y
 
 
-def _bias(bias, m: int):
+def _bias(bias, m: int, caller: str = "linear_quantized"):
     """A layer's bias as the contiguous float32 [m] the kernel reads (converted when it is
     another float type or strided; on the current stream)."""
     import cupy
 
-    array = to_array(bias) if is_torch(bias) else operands.as_device_array(bias, "bias")
+    array = to_array(bias) if is_torch(bias) and getattr(bias, "is_cuda", False) else \
+        operands.as_device_array(bias, "bias", caller)
     if array.shape != (m,) or dtypes.name_of(array.dtype) not in ("f16", "bf16", "f32"):
         raise ValueError(f"bias must be an f16, bf16 or f32 [{m}] array (one per output feature), "
                          f"got {array.dtype} {tuple(array.shape)}")

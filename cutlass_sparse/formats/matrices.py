@@ -16,7 +16,7 @@ import numpy as np
 from .. import events
 from ..describe import dtypes
 from . import sm80_layout, sm90_layout
-from .patterns import LAYOUT_SM80
+from .patterns import LAYOUT_SM80, LAYOUTS
 
 _conversions = threading.Lock()   # SparseMatrix._converted: one conversion per matrix and atom
 
@@ -177,6 +177,8 @@ class SparseMatrix:
 
     def to_layout(self, layout: str) -> "SparseMatrix":
         """The same matrix compressed for another kernel family (an explicit conversion)."""
+        if not isinstance(layout, str) or layout not in LAYOUTS:
+            raise ValueError(f"layout {layout!r} must be one of {LAYOUTS}")
         if layout == self.layout:
             return self
         return codec(layout).compress(self.to_dense(), layout)
