@@ -3,7 +3,7 @@
     cutlass-sparse run --m 4096 --n 4096 --k 4096      one verified GEMM (compile-only without a GPU)
     cutlass-sparse bench                               against cuBLAS and cuSPARSELt (GPU)
     cutlass-sparse warmup --arch sm_80,sm_90a          fill the kernel cache ahead of time
-    cutlass-sparse cache ls|stats|verify|clear|merge   look after the kernel cache
+    cutlass-sparse cache ls|stats|verify|clear|merge|repack   look after the kernel cache
 
 Exit status: 0 done, 1 a failure at run time (one line; --verbose for the full log),
 2 a bad command line (one line naming the argument and the rule). Results go to stdout,
