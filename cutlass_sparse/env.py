@@ -69,12 +69,16 @@ def _cache_path(explicit: str | None, xdg: str | None, home: str | None) -> Path
         base = Path("$HOME/.cache")
     preferred = base / "cutlass_sparse" / "compiled_cache.db"
     # A relative base would put the cache in the working directory: never.
+    why = "its directory cannot be written"
     if base.is_absolute() and (preferred.exists() or _can_create(preferred.parent)):
-        return preferred
+        try:
+            trust.check_path_chain(preferred)
+            return preferred
+        except trust.UntrustedPathError as exc:   # e.g. a ~/.cache others may write (umask 002)
+            why = str(exc)
     fallback = trust.user_temp_dir() / "compiled_cache.db"
-    warnings.warn(f"cannot use the kernel cache {preferred}: its directory "
-                  f"cannot be written; using the private temporary cache {fallback} instead (set "
-                  "CUTLASS_SPARSE_CACHE to a writable path to keep kernels across reboots)", stacklevel=3)
+    warnings.warn(f"cannot use the kernel cache {preferred}: {why}; using the private temporary cache {fallback} "
+                  "instead (set CUTLASS_SPARSE_CACHE to a writable path to keep kernels across reboots)", stacklevel=3)
     return fallback
 
 
@@ -108,10 +112,15 @@ def keep_cupy_importable() -> None:
     wanted = Path(os.path.expanduser("~/.cupy/kernel_cache"))   # where CuPy's default points
     if wanted.is_absolute() and _can_create(wanted):   # CuPy also writes there at each new kernel
         return
-    fallback = trust.user_temp_dir() / "cupy"
+    try:
+        fallback = trust.user_temp_dir() / "cupy"
+    except OSError as exc:   # no private temporary directory either: CuPy says what it says on import
+        warnings.warn(f"CuPy cannot create its kernel cache {wanted}, and there is no private temporary "
+                      f"directory for it ({exc}); set CUPY_CACHE_DIR to a directory you can write", stacklevel=2)
+        return
     os.environ["CUPY_CACHE_DIR"] = str(fallback)
     warnings.warn(f"CuPy cannot create its kernel cache {wanted}; set CUPY_CACHE_DIR={fallback} for it (set "
-                  "CUPY_CACHE_DIR yourself to choose another place)", stacklevel=3)
+                  "CUPY_CACHE_DIR yourself to choose another place)", stacklevel=2)
 
 
 def cache_read_only() -> bool:

@@ -73,7 +73,7 @@ def check_path_chain(path: Path) -> None:
     is ours or root's), or a symbolic link someone else owns. Whoever controls an ancestor
     can swap what lies below it, so checking the last directory alone is not enough. Stops
     at the first component that does not exist yet (we create the rest, inside what passed)."""
-    path = Path(os.path.abspath(path))
+    path = Path(os.getcwd(), path)   # absolute, '..' kept: after a link it means the link's target's parent
     todo, current, links = list(path.parts[1:]), Path(path.anchor), 0
     while todo:
         name = todo.pop(0)
@@ -85,7 +85,10 @@ def check_path_chain(path: Path) -> None:
         entry = current / name
         try:
             st = os.lstat(entry)
-        except FileNotFoundError:
+        except FileNotFoundError:   # we make the rest: where we make it must be safe too
+            holder = os.stat(current)
+            if not (holder.st_mode & stat.S_ISVTX and _trusted_owner(holder)):
+                check_owned_private(current, path, "directory")
             return
         except OSError as exc:   # a path through a file, an unreadable directory
             raise UntrustedPathError(entry, f"cannot be examined ({exc.strerror or exc})",
@@ -184,8 +187,13 @@ def make_cache_dir(directory: Path) -> None:
     """mkdir -p (the last level 0700), or an error naming the directory and CUTLASS_SPARSE_CACHE;
     nothing is made where another user could have redirected the way (check_path_chain)."""
     check_path_chain(directory)
+    missing = [level for level in (Path(directory), *Path(directory).parents) if not level.exists()]
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True, mode=0o700)
+        for level in reversed(missing):   # each level 0700 (mkdir -p would give the parents the umask's mode)
+            try:
+                os.mkdir(level, 0o700)
+            except FileExistsError:   # made meanwhile by another process
+                pass
     except OSError as exc:
         raise PermissionError(
             f"cannot create the kernel cache directory {directory} ({exc.strerror or exc}); set "

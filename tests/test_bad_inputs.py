@@ -477,3 +477,15 @@ def test_emit_source_names_config(config):
         cs.emit_source(config)
     with pytest.raises(ValueError, match="config: no configuration named 'nope'"):
         cs.emit_source("nope")
+
+
+def test_alpha_beta_and_leaky_slope_take_any_real_number_as_before():
+    """0-d arrays (and NumPy scalars) of a real type were taken through float() before session
+    37's checks: they still are; bools, strings, complex numbers and larger arrays are not."""
+    from cutlass_sparse.api.operands import check_number
+
+    for value in (1, 1.5, np.float32(2), np.int64(3), np.array(0.5), np.array(2, dtype=np.uint8)):
+        check_number(value, "alpha")
+    for value in (True, np.bool_(False), np.array(True), "1.5", 1j, np.array([1.0]), None):
+        with pytest.raises(TypeError, match="alpha must be a real number"):
+            check_number(value, "alpha")

@@ -434,7 +434,7 @@ def test_listing_a_damaged_cache_fails_and_says_to_verify(tmp_path, capsys, acti
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         status, out = _cli("cache", action, "--path", str(db), capsys=capsys)
-    assert status == 1 and "cache verify" in out.out, out
+    assert status == 1 and "cache verify" in out.err, out
 
 
 def test_a_merge_that_fails_leaves_no_new_file_and_makes_no_directory(tmp_path, capsys):

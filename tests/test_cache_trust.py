@@ -422,3 +422,47 @@ def test_unwritable_home_in_a_fresh_process(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and result.stderr.count("CUTLASS_SPARSE_CACHE") == 1
     assert result.stdout.strip().startswith(str(tmp_path / "tmp")) and list((tmp_path / "cwd").iterdir()) == []
+
+
+# -- session 37's second review ------------------------------------------------------------
+
+def test_the_default_cache_under_a_umask_002_home_is_made_private_level_by_level(tmp_path, monkeypatch):
+    """mkdir -p gave ~/.cache the umask's 0775, which the walk from / then refused on every
+    call; each level we make is 0700 now."""
+    home = private(tmp_path / "home")
+    monkeypatch.delenv("CUTLASS_SPARSE_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    old = os.umask(0o002)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cache = KernelCache()
+    finally:
+        os.umask(old)
+    assert cache.path == home / ".cache" / "cutlass_sparse" / "compiled_cache.db"
+    assert stat.S_IMODE(os.stat(home / ".cache").st_mode) == 0o700
+
+
+def test_a_default_cache_behind_a_directory_others_may_write_falls_back_to_the_private_one(tmp_path, monkeypatch):
+    home = private(tmp_path / "home")
+    (home / ".cache").mkdir(mode=0o700)
+    (home / ".cache").chmod(0o775)   # made by another tool under umask 002
+    monkeypatch.delenv("CUTLASS_SPARSE_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.warns(UserWarning, match="writable by other users.*private temporary cache"):
+        cache = KernelCache()
+    assert cache.path == trust.user_temp_dir() / "compiled_cache.db"
+
+
+def test_dot_dot_after_a_link_is_walked_as_the_kernel_walks_it(tmp_path):
+    """a/l/.. is the parent of l's target, not a: a walk that collapsed it first skipped the
+    world-writable directory the kernel really passes through."""
+    shared = tmp_path / "shared"
+    (shared / "sub" / "deep").mkdir(parents=True)
+    shared.chmod(0o777)
+    mine = private(tmp_path / "mine")
+    (mine / "l").symlink_to(shared / "sub" / "deep")
+    with pytest.raises(trust.UntrustedPathError, match=f"{shared} is writable by other users"):
+        trust.check_cache_location(mine / "l" / ".." / "c.db")

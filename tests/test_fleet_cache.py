@@ -559,7 +559,46 @@ def test_an_entry_that_describes_another_kernel_is_not_served(tmp_path, fake_nvr
                      (cubin, meta, checksum, small.name))
     monkeypatch.setattr(kernels, "_memo", {})
     monkeypatch.setattr(cache_mod, "_default", None)
-    with pytest.warns(UserWarning, match=f"filed under {small.name} for sm_80 but describes {large.name}"):
+    with pytest.warns(UserWarning, match=f"filed under {small.name} for sm_80 but .* describes {large.name}"):
         got = kernels.get(small, "sm_80")
     assert got.cubin == f"cubin of {small.name}".encode() and not got.from_cache   # compiled again
     assert fake_nvrtc == [small.name, large.name, small.name]
+
+
+def test_a_shipped_file_that_is_not_a_cache_is_skipped_with_a_warning(monkeypatch, tmp_path):
+    """A failed download in the search path: nothing to serve and nothing to protect, so the
+    node runs on (session 37's second review: it made every call fail)."""
+    d = private(tmp_path / "c")
+    (d / "fleet.db").write_text("<html>404</html>")
+    monkeypatch.setenv("CUTLASS_SPARSE_CACHE", f"{d}/own.db{os.pathsep}{d}/fleet.db")
+    with pytest.warns(UserWarning, match="fleet.db .* is not searched: .*not a cutlass-sparse kernel cache"):
+        cache = cache_mod.default_cache()
+    assert cache.shipped == () and (d / "fleet.db").read_text() == "<html>404</html>"
+
+
+def test_merge_into_the_default_cache_of_a_fresh_machine(monkeypatch, tmp_path, capsys):
+    """`cache merge SHARDS...` without --path makes the default cache's directory, as before."""
+    shard = private(tmp_path / "s") / "shard.db"
+    put(KernelCache(shard), "k", b"K")
+    home = private(tmp_path / "home")
+    monkeypatch.delenv("CUTLASS_SPARSE_CACHE")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    env._cache_path.cache_clear()
+    try:
+        assert run_cli("cache", "merge", str(shard)) == 0
+    finally:
+        env._cache_path.cache_clear()
+    assert KernelCache(home / ".cache" / "cutlass_sparse" / "compiled_cache.db").get("k").cubin == b"K"
+
+
+def test_an_import_without_any_private_temporary_directory_still_imports(tmp_path):
+    """Where CuPy cannot make its cache and our private temporary directory is refused (a link
+    planted in its place), import cutlass_sparse warns and leaves CuPy as it is: no exception."""
+    home = private(tmp_path / "home")
+    (home / ".cupy").write_text("")
+    temp = private(tmp_path / "temp")
+    (temp / f"cutlass_sparse-{os.geteuid()}").symlink_to(private(tmp_path / "elsewhere"))
+    done = _import_in(home, temp, "import cutlass_sparse, os; print(os.environ.get('CUPY_CACHE_DIR'))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None"] and "no private temporary directory" in done.stderr

@@ -214,3 +214,36 @@ def test_stats_passes_over_an_entry_whose_meta_does_not_parse(tmp_path):
     result = subprocess.run([sys.executable, "-m", "cutlass_sparse.cli", "cache", "stats", "--path", str(db)],
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0 and "0 kernels compiled with ptxas performance notes" in result.stdout
+
+
+def test_another_programs_database_is_not_written_even_with_a_wal_pending(tmp_path):
+    """Session 37's second review: refusing on a read-write connection still checkpointed the
+    foreign file's WAL into it when that connection closed. The check reads immutable."""
+    db = tmp_path / "app.db"
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=wal")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("CREATE TABLE users (name TEXT)")
+    writer.execute("INSERT INTO users VALUES ('a')")
+    files = ("app.db", "app.db-wal")   # (the -shm index changes with every reader: SQLite's, not data)
+    snapshot = {name: (tmp_path / name).read_bytes() for name in files}   # the WAL holds the insert
+    assert (tmp_path / "app.db-wal").stat().st_size
+    for read_only in (None, True):
+        with pytest.raises(cache_files.NotACacheError):
+            KernelCache(db, read_only=read_only)
+    assert {name: (tmp_path / name).read_bytes() for name in files} == snapshot
+    writer.close()
+
+
+def test_a_cache_whose_header_was_zeroed_is_set_aside_not_refused(tmp_path):
+    db = tmp_path / "c.db"
+    KernelCache(db).put("k", "n", "sm_80", b"x", {})
+    data = bytearray(db.read_bytes())
+    data[:100] = bytes(100)
+    db.write_bytes(bytes(data))
+    for name in ("c.db-wal", "c.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    with pytest.warns(UserWarning, match="damaged"):
+        cache = KernelCache(db)
+    cache.put("k2", "n", "sm_80", b"y", {})
+    assert cache.get("k2").cubin == b"y" and list(tmp_path.glob("c.db.corrupt-*"))

@@ -156,9 +156,22 @@ def check_activation(activation, leaky_slope) -> None:
 
 
 def check_number(value, what: str) -> None:
-    """A real number (int, float or a NumPy scalar of either; not a bool, a string or an array)."""
-    if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+    """A real number: int, float, a NumPy scalar of either, or a 0-d array of one (NumPy, CuPy,
+    torch: read with float() as before); not a bool, a string or a larger array."""
+    if type(value) is float:
+        return
+    if getattr(value, "ndim", None) == 0 and _real_dtype(getattr(value, "dtype", None)):
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{what} must be a real number, got {type(value).__name__}")
+
+
+def _real_dtype(dtype) -> bool:
+    """A NumPy/CuPy dtype of kind int, uint or float, or a torch one that is neither complex nor bool."""
+    kind = getattr(dtype, "kind", None)
+    if isinstance(kind, str):
+        return kind in ("f", "i", "u")
+    return dtype is not None and hasattr(dtype, "is_complex") and not dtype.is_complex and str(dtype) != "torch.bool"
 
 
 def check_split_k(split_k, split_k_mode, family):

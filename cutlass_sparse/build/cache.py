@@ -81,7 +81,6 @@ class KernelCache(Maintenance):
         if not read_only:
             trust.make_cache_dir(self.path.parent)
         self._real = trust.check_cache_location(self.path)
-        cache_files.check_recognised(self._real)   # never set aside, nor write into, a file not ours
         self._lock = threading.Lock()
         self._overlay: dict[str, Entry] = {}
         self._overlay_winners: dict[str, tuple[dict, list]] = {}
@@ -107,6 +106,9 @@ class KernelCache(Maintenance):
     # -- opening, and recovering from a damaged or replaced file ---------------------------
 
     def _open(self) -> sqlite3.Connection | None:
+        # never set aside, nor write into, a file not ours: at the first open, and at a
+        # reopen after the file at our path was replaced
+        cache_files.check_recognised(self._real)
         if self.read_only:
             return self._open_read_only()
         # The file we are about to open: if it is damaged, set aside that one and no other
@@ -145,7 +147,6 @@ class KernelCache(Maintenance):
         conn = sqlite3.connect(self._real.as_uri() + mode, uri=True, timeout=60.0,
                                check_same_thread=False, isolation_level=None)
         try:
-            cache_files.check_tables(conn, self.path)
             conn.execute("SELECT count(*) FROM kernels").fetchone()
         except BaseException:
             conn.close()   # else the next open in this process inherits its failed shared memory
@@ -161,7 +162,6 @@ class KernelCache(Maintenance):
         while True:
             try:
                 conn.execute("PRAGMA busy_timeout=60000")
-                cache_files.check_tables(conn, self.path)   # before anything is written to it
                 conn.execute(f"PRAGMA journal_mode={self._journal}")
                 conn.executescript(cache_files.SCHEMA)
                 conn.execute("SELECT count(*) FROM kernels").fetchone()
@@ -172,7 +172,7 @@ class KernelCache(Maintenance):
                     conn.close()
                     raise
                 time.sleep(0.05)
-            except (sqlite3.DatabaseError, cache_files.NotACacheError):
+            except sqlite3.DatabaseError:
                 conn.close()
                 raise
 
@@ -385,7 +385,11 @@ def _open_shipped(path: Path) -> KernelCache | None:
         warnings.warn(f"shipped kernel cache {path} (CUTLASS_SPARSE_CACHE) does not exist; not searched",
                       stacklevel=4)
         return None
-    return KernelCache(path, read_only=True)
+    try:
+        return KernelCache(path, read_only=True)
+    except cache_files.NotACacheError as exc:   # a failed download, say: nothing to serve, nothing to protect
+        warnings.warn(f"shipped kernel cache {path} (CUTLASS_SPARSE_CACHE) is not searched: {exc}", stacklevel=4)
+        return None
 
 
 _default: KernelCache | None = None

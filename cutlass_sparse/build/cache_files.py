@@ -49,23 +49,45 @@ class NotACacheError(trust.UntrustedPathError):
                          "point CUTLASS_SPARSE_CACHE (or --path) at another file; this one is left as it is")
 
 
+OUR_TABLES = frozenset({"kernels", "winners", "toolchains"})
+
+
 def check_recognised(path: Path) -> None:
-    """Raise NotACacheError unless path is absent, empty, or starts as an SQLite database."""
+    """Raise NotACacheError for a file that is not a cache of ours: one that does not start as
+    an SQLite database (an all-zero header is a cache of ours damaged, and is set aside
+    instead), or a database whose tables are all another program's. Read through an
+    immutable connection, which writes nothing: no -wal checkpointed into the file, no -shm
+    made beside it. Absent, empty and unreadable files pass: opening them decides."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(len(SQLITE_HEADER))
     except (FileNotFoundError, IsADirectoryError):
         return
-    if head and head != SQLITE_HEADER:
+    if not head.strip(b"\0"):
+        return
+    if head != SQLITE_HEADER:
         raise NotACacheError(path, "it does not start as an SQLite database")
-
-
-def check_tables(conn: sqlite3.Connection, path: Path) -> None:
-    """Raise NotACacheError for a database that holds tables but no `kernels`: another
-    program's, which must not get ours added to it."""
-    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if tables and "kernels" not in tables:
+    tables = _tables(path, "?mode=ro&immutable=1")
+    wal = Path(f"{path}-wal")
+    if tables == set() and wal.exists() and wal.stat().st_size:
+        # what it holds may be in its WAL alone (a writer that has not checkpointed): read it
+        # read-only, which never checkpoints (at most it makes the -shm index a WAL reader needs)
+        tables = _tables(path, "?mode=ro")
+    if tables and not tables & OUR_TABLES:
         raise NotACacheError(path, f"a database with the tables {', '.join(sorted(tables))}")
+
+
+def _tables(path: Path, mode: str) -> set[str] | None:
+    """The tables of the database at path, None where it cannot be read (damaged: a cache of
+    ours is set aside when opened)."""
+    try:
+        conn = sqlite3.connect(Path(path).absolute().as_uri() + mode, uri=True, timeout=10.0)
+        try:
+            return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return None
 
 
 # A stored cubin is zlib-packed behind this tag (cache format 3). An sm90 cubin is about 3.6 MB,

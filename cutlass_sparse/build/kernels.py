@@ -184,8 +184,9 @@ def _holds(entry, config, arch: str) -> bool:
         described = None
     if entry.name == config.name and entry.arch == arch and getattr(described, "name", None) == config.name:
         return True
-    warnings.warn(f"kernel cache entry {entry.key[:12]} is filed under {config.name} for {arch} but describes "
-                  f"{getattr(described, 'name', entry.name)} for {entry.arch}: not served")
+    says = f"describes {described.name}" if described is not None else "holds no description this version reads"
+    warnings.warn(f"kernel cache entry {entry.key[:12]} is filed under {config.name} for {arch} but is named "
+                  f"{entry.name} for {entry.arch} and {says}: not served")
     return False
 
 

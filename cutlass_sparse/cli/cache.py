@@ -61,7 +61,7 @@ def main(args) -> int:
         log.info("no cache file at %s yet: nothing to %s", path, args.action)
         return 0
     if args.action == "merge":
-        if not path.parent.is_dir():   # a mistyped --path makes no directories
+        if args.path is not None and not path.parent.is_dir():   # a mistyped --path makes no directories
             raise UsageError(f"argument --path: no directory {path.parent} to write {path.name} in")
         for source in args.sources:    # before --path is made: a failed merge leaves no new file
             _check_readable(Path(source))
@@ -76,9 +76,9 @@ def main(args) -> int:
     cache = KernelCache(path, read_only=True if args.action in ("ls", "stats") else None)
     try:
         done = ACTION[args.action](cache, args)
-        if args.action in ("ls", "stats") and not cache.readable:   # unreadable, or found damaged while listing
-            print(f"{path} is damaged or unreadable: nothing in it was listed; run "
-                  f"'cutlass-sparse cache verify --path {path}'")
+        if args.action in ("ls", "stats") and not cache.readable and path.stat().st_size:   # damaged
+            log.error("%s is damaged or unreadable: nothing in it was listed; run "
+                      "'cutlass-sparse cache verify --path %s'", path, path)
             return 1
         return done
     finally:
