@@ -28,7 +28,8 @@ class Parser(argparse.ArgumentParser):
     """argparse with a one-line error: `cutlass-sparse: error: ...` and exit status 2."""
 
     def error(self, message: str):
-        sys.stderr.write(f"{PROG}: error: {' '.join(str(message).split())}\n")
+        name = (self.prog or PROG).split()[0]   # a subcommand's prog is "cutlass-sparse run"; a script's its own
+        sys.stderr.write(f"{name}: error: {' '.join(str(message).split())}\n")
         sys.exit(2)
 
 
