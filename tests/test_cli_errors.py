@@ -117,13 +117,13 @@ def cli(places, args, script=None, **env):
                           capture_output=True, text=True, timeout=300)
 
 
-def assert_usage_error(result, mention, places=None):
+def assert_usage_error(result, mention, places=None, prog="cutlass-sparse"):
     lines = result.stderr.splitlines()
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr + result.stdout
     assert len(lines) == 1, result.stderr
     mention = mention if places is None else mention.format(cache_dir=places["cache_dir"])
-    assert lines[0].startswith("cutlass-sparse: error: ") and mention in lines[0], lines[0]
+    assert lines[0].startswith(f"{prog}: error: ") and mention in lines[0], lines[0]
 
 
 def written(path: Path) -> list[Path]:
@@ -310,7 +310,7 @@ OWN_PARSER_SCRIPTS = [("compile_profile.py", ["default", "--bogus"]), ("host_ove
 @pytest.mark.parametrize("script, args", OWN_PARSER_SCRIPTS, ids=[f"{s}-{a[-1]}" for s, a in OWN_PARSER_SCRIPTS])
 def test_scripts_with_their_own_options_give_one_line(places, script, args):
     result = cli(places, args, script=script)
-    assert_usage_error(result, "--calls" if "--calls" in args else "unrecognized arguments: --bogus")
+    assert_usage_error(result, "--calls" if "--calls" in args else "unrecognized arguments: --bogus", prog=script)
     assert result.stdout == ""
 
 
