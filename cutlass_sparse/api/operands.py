@@ -272,26 +272,21 @@ def check_sparse(sw, family):
     return family
 
 
-def check_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias=None, activation="identity",
-               leaky_slope=0.01, out_dtype=None, split_k=None, split_k_mode=None, workspace=None,
-               info=None) -> None:
-    """cs.matmul's rules that need no GPU, checked before anything touches CUDA (sw and
-    family by check_sparse, x made a device array, before this): x's shape and dtype
-    against sw's, the options, and the types and shapes of out, c, bias and workspace.
-    gemm_call and batched.matmul check the same again, with what needs the device."""
-    if x.ndim not in (2, 3):
+def check_x(sw, x, out_dtype, dims: tuple[int, ...] = (2,)) -> tuple[int, int, str, str]:
+    """x against sw (its dimensions, dtype, K, N, device) and the output type: (M, N, element,
+    element_out). dims: 2 for one GEMM; (2, 3) where a batch of x is taken."""
+    if x.ndim not in dims:
         raise ValueError(f"x must be 2-D [K, N] (or 3-D [batch, K, N]), got shape {x.shape}")
     if x.dtype != sw.dtype:
         raise TypeError(f"x has dtype {x.dtype}, but sw is {sw.dtype}: both operands must have the same dtype")
     m, k = sw.shape
     k_rows, n = x.shape[-2:]
     weights = sw.batch if isinstance(sw, SparseBatch) else None
-    batch = x.shape[0] if x.ndim == 3 else weights
-    if x.ndim == 3 and weights is not None and batch != weights:
+    if x.ndim == 3 and weights is not None and x.shape[0] != weights:
         raise ValueError(f"x of shape {x.shape} must be [{weights}, K, N] (one per matrix of sw) or [K, N]")
-    if batch == 0:
+    if (x.shape[0] if x.ndim == 3 else weights) == 0:
         raise ValueError("x has a batch of 0")
-    if k_rows != k:   # the messages of gemm_call and batched.matmul
+    if k_rows != k:
         if x.ndim == 2:
             raise ValueError(f"x has {k_rows} rows, but sw has K = {k} columns (x must be [K, N] = [{k}, N])")
         raise ValueError(f"x has {k_rows} rows per batch, but sw has K = {k} columns (x must be [batch, {k}, N])")
@@ -299,8 +294,20 @@ def check_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bia
         raise ValueError("x has N = 0 columns")
     check_same_device(sw.values, "sw", x.device.id)
     element = dtypes.operand_name(sw.dtype)
-    element_out = output_type(element, out_dtype)
+    return m, n, element, output_type(element, out_dtype)
+
+
+def check_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias=None, activation="identity",
+               leaky_slope=0.01, out_dtype=None, split_k=None, split_k_mode=None, workspace=None,
+               info=None) -> None:
+    """cs.matmul's rules that need no GPU, checked before anything touches CUDA (sw and
+    family by check_sparse, x made a device array, before this): x's shape and dtype
+    against sw's, the options, and the types and shapes of out, c, bias and workspace.
+    gemm_call checks x the same way (check_x) with what needs the device."""
+    m, n, element, element_out = check_x(sw, x, out_dtype, dims=(2, 3))
     np_out = dtypes.numpy_dtype(element_out)
+    weights = sw.batch if isinstance(sw, SparseBatch) else None
+    batch = x.shape[0] if x.ndim == 3 else weights
     check_number(alpha, "alpha")
     check_number(beta, "beta")
     check_activation(activation, leaky_slope)
@@ -363,20 +370,9 @@ def gemm_call(sw, x, *, family: str, out=None, alpha=1.0, beta=0.0, c=None, bias
     """Check a 2-D call's operands and describe it as a Problem. x is a device array.
     bias_in_c: fold a bias into C even where it could ride as a vector (cs.plan folds
     once and launches with C)."""
-    if x.ndim != 2:
-        raise ValueError(f"x must be 2-D [K, N] (or 3-D [batch, K, N]), got shape {x.shape}")
-    if x.dtype != sw.dtype:
-        raise TypeError(f"x has dtype {x.dtype}, but sw is {sw.dtype}: both operands must have the same dtype")
-    m, k = sw.shape
-    k_rows, n = x.shape
-    if k_rows != k:
-        raise ValueError(f"x has {k_rows} rows, but sw has K = {k} columns (x must be [K, N] = [{k}, N])")
-    if n == 0:
-        raise ValueError("x has N = 0 columns")
+    m, n, element, element_out = check_x(sw, x, out_dtype)
+    k = sw.shape[1]
     device_id = x.device.id
-    check_same_device(sw.values, "sw", device_id)
-    element = dtypes.operand_name(sw.dtype)
-    element_out = output_type(element, out_dtype)
     np_out = dtypes.numpy_dtype(element_out)
     out_operand = c_operand = out_target = None
     if out is not None:
