@@ -53,7 +53,7 @@ def test_a_read_only_node_serves_torch_calls_from_a_shipped_cache(tmp_path, shar
         pytest.skip("the sm90 family needs a compute capability 9.0 GPU")
     base = {k: v for k, v in os.environ.items()
             if k not in ("CUPY_CACHE_DIR", "CUTLASS_SPARSE_NO_COMPILE", "CUTLASS_SPARSE_CACHE_READONLY")}
-    base["PYTHONPATH"] = str(ROOT)
+    base["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     # the build machine: the session's cache gets the calls' kernels (compiled if it lacks them)
     built = _run({**base, "CUTLASS_SPARSE_CACHE": str(shared_cache_path)})
     assert max(built["errors"]) < 2e-2, built
