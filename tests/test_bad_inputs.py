@@ -482,7 +482,7 @@ def test_emit_source_names_config(config):
 def test_alpha_beta_and_leaky_slope_take_any_real_number_as_before():
     """0-d arrays (and NumPy scalars) of a real type were taken through float() before session
     37's checks: they still are; bools, strings, complex numbers and larger arrays are not."""
-    from cutlass_sparse.api.operands import check_number
+    from cutlass_sparse.api.options import check_number
 
     for value in (1, 1.5, np.float32(2), np.int64(3), np.array(0.5), np.array(2, dtype=np.uint8)):
         check_number(value, "alpha")

@@ -9,7 +9,7 @@ from ..describe.arith import cdiv
 from ..describe.problem import Split
 from ..formats.matrices import SparseBatch
 from ..launch import device, sm80
-from . import operands
+from . import operands, options
 
 
 def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dtype, config, split_k, info):
@@ -37,15 +37,15 @@ def matmul(sw, x, *, out, alpha, beta, c, bias, activation, leaky_slope, out_dty
     device_id = x.device.id
     operands.check_same_device(sw.values, "sw", device_id)
     element = dtypes.operand_name(sw.dtype)
-    element_out = operands.output_type(element, out_dtype)
+    element_out = options.output_type(element, out_dtype)
     np_out = dtypes.numpy_dtype(element_out)
-    operands.check_activation(activation, leaky_slope)
+    options.check_activation(activation, leaky_slope)
     item = x.dtype.itemsize
     if x.strides[0] % item:
         raise ValueError(f"x's batch stride {x.strides[0]} is not a whole number of elements")
     layout = operands.matrix_layout(x[0])
     if element == "s8":
-        operands.check_int8(element_out, activation, None, None)
+        options.check_int8(element_out, activation, None, None)
     if layout is None or (element == "s8" and layout[0] == "row"):
         # int8 reads B K-major; an x with no unit stride is copied: each x[i] column-major
         x = cupy.ascontiguousarray(x.transpose(0, 2, 1)).transpose(0, 2, 1)

@@ -12,7 +12,7 @@ from ..formats.matrices import SparseBatch, SparseMatrix
 from ..launch import graphs
 from ..plan import plans, stand_in
 from ..profiler import tune as profiler
-from . import batched, eager, eager_keys, operands, tokens
+from . import batched, eager, eager_keys, operands, options, tokens
 from .interop import is_torch, torch_io
 
 
@@ -317,7 +317,7 @@ def _linear_out(sw, x, out_dtype):
     import cupy
 
     try:
-        element_out = operands.output_type(dtypes.operand_name(sw.dtype), out_dtype)
+        element_out = options.output_type(dtypes.operand_name(sw.dtype), out_dtype)
     except (TypeError, ValueError):
         return None
     with cupy.cuda.Device(x.device.id):
