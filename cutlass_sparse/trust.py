@@ -72,8 +72,11 @@ def check_path_chain(path: Path) -> None:
     directory on the way that others may write (unless sticky, as /tmp, and the entry in it
     is ours or root's), or a symbolic link someone else owns. Whoever controls an ancestor
     can swap what lies below it, so checking the last directory alone is not enough. Stops
-    at the first component that does not exist yet (we create the rest, inside what passed)."""
-    path = Path(os.getcwd(), path)   # absolute, '..' kept: after a link it means the link's target's parent
+    at the first component that does not exist yet, once the directory it would be made in
+    has passed (we make the rest)."""
+    path = Path(path)
+    if not path.is_absolute():   # '..' kept, not collapsed: after a link it means the target's parent
+        path = Path(os.getcwd(), path)
     todo, current, links = list(path.parts[1:]), Path(path.anchor), 0
     while todo:
         name = todo.pop(0)
@@ -86,22 +89,12 @@ def check_path_chain(path: Path) -> None:
         try:
             st = os.lstat(entry)
         except FileNotFoundError:   # we make the rest: where we make it must be safe too
-            holder = os.stat(current)
-            if not (holder.st_mode & stat.S_ISVTX and _trusted_owner(holder)):
-                check_owned_private(current, path, "directory")
+            _check_holder(entry, None, path)
             return
         except OSError as exc:   # a path through a file, an unreadable directory
             raise UntrustedPathError(entry, f"cannot be examined ({exc.strerror or exc})",
                                      f"choose another path {_ELSEWHERE}", path) from None
-        holder = os.stat(current)
-        if holder.st_mode & stat.S_ISVTX and _trusted_owner(holder):
-            # a sticky directory (/tmp): others may add entries but not move ours or root's
-            if not _trusted_owner(st):
-                raise UntrustedPathError(
-                    entry, f"is owned by uid {_owner_uid(st)}, not by you (uid {current_uid()}), in the shared "
-                           f"directory {current}: its owner chose what it holds", f"remove it {_ELSEWHERE}", path)
-        else:
-            check_owned_private(current, path, "directory")   # its owner, or anyone who may write it, could swap entry
+        _check_holder(entry, st, path)
         if not stat.S_ISLNK(st.st_mode):
             current = entry
             continue
@@ -117,6 +110,19 @@ def check_path_chain(path: Path) -> None:
         if target.is_absolute():
             current = Path(target.anchor)
         todo = [*target.parts[1 if target.is_absolute() else 0:], *todo]
+
+
+def _check_holder(entry: Path, st: os.stat_result | None, path: Path) -> None:
+    """The directory holding an entry on the way (st None: one we are about to make) must be
+    ours or root's and writable by no one else, or sticky (/tmp: others may add entries but
+    not move ours or root's) with the entry ours or root's."""
+    holder = os.stat(entry.parent)
+    if not (holder.st_mode & stat.S_ISVTX and _trusted_owner(holder)):
+        check_owned_private(entry.parent, path, "directory")   # its owner, or anyone who may write it, could swap entry
+    elif st is not None and not _trusted_owner(st):
+        raise UntrustedPathError(
+            entry, f"is owned by uid {_owner_uid(st)}, not by you (uid {current_uid()}), in the shared "
+                   f"directory {entry.parent}: its owner chose what it holds", f"remove it {_ELSEWHERE}", path)
 
 
 def check_cache_location(path: Path) -> Path:
@@ -184,7 +190,7 @@ def write_new_file(directory: Path, name: str, data: bytes) -> Path:
 
 
 def make_cache_dir(directory: Path) -> None:
-    """mkdir -p (the last level 0700), or an error naming the directory and CUTLASS_SPARSE_CACHE;
+    """mkdir -p, each level made 0700, or an error naming the directory and CUTLASS_SPARSE_CACHE;
     nothing is made where another user could have redirected the way (check_path_chain)."""
     check_path_chain(directory)
     missing = [level for level in (Path(directory), *Path(directory).parents) if not level.exists()]
