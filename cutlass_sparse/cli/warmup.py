@@ -80,7 +80,7 @@ def main(args) -> int:
     listed = len(items)
     if args.only:
         items = [item for item in items if args.only in item[0].name]
-        if not items:   # else a typo passes as "0 failed", a cache warm of nothing
+        if not items and not args.no_catalog:   # else a typo passes as "0 failed", a cache warm of nothing
             raise UsageError(f"argument --only: {args.only!r} matches no kernel of {','.join(args.arch)}")
     # said after the usage checks: a bad command line is one line on stderr
     if "sm_90" in args.arch:
