@@ -48,15 +48,22 @@ class Maintenance:
             return self._query(lambda c: (c.execute("DELETE FROM winners"),
                                           c.execute("DELETE FROM kernels").rowcount)[1], 0)
 
+    @classmethod
+    def merge_source(cls, other: Path | str):
+        """`other` opened read-only to merge from, or an error: no such file, or not a readable
+        cache (a half-copied shard, another program's file: never a silent success)."""
+        if not Path(other).is_file():
+            raise FileNotFoundError(f"cannot merge kernel cache {other}: no such file")
+        source = cls(other, read_only=True)
+        if not source.readable:
+            source.close()
+            raise RuntimeError(f"cannot merge kernel cache {other}: it is not a readable cache file")
+        return source
+
     def merge_from(self, other: Path | str) -> int:
         """Copy every intact entry of another cache file that this one lacks; returns how many."""
         self._require_writable("merge into")
-        if not Path(other).is_file():
-            raise FileNotFoundError(f"cannot merge kernel cache {other}: no such file")
-        source = type(self)(other, read_only=True)
-        if not source.readable:   # a half-copied shard or not a cache: never a silent success
-            source.close()
-            raise RuntimeError(f"cannot merge kernel cache {other}: it is not a readable cache file")
+        source = self.merge_source(other)
         with source._lock:
             rows = source._query(lambda c: c.execute(
                 "SELECT key, name, arch, cubin, meta, checksum, created FROM kernels").fetchall(), [])

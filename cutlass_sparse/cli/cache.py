@@ -64,7 +64,7 @@ def main(args) -> int:
         if args.path is not None and not path.parent.is_dir():   # a mistyped --path makes no directories
             raise UsageError(f"argument --path: no directory {path.parent} to write {path.name} in")
         for source in args.sources:    # before --path is made: a failed merge leaves no new file
-            _check_readable(Path(source))
+            KernelCache.merge_source(source).close()
     if args.action == "merge" and args.ship:
         for source, added in cache_ship.ship(path, args.sources):
             print(f"{source}: {added} entries added to {path}")
@@ -81,16 +81,6 @@ def main(args) -> int:
                       "'cutlass-sparse cache verify --path %s'", path, path)
             return 1
         return done
-    finally:
-        cache.close()
-
-
-def _check_readable(source: Path) -> None:
-    """A merge source that is not a readable cache stops the merge before anything is written."""
-    cache = KernelCache(source, read_only=True)
-    try:
-        if not cache.readable:
-            raise RuntimeError(f"cannot merge kernel cache {source}: it is not a readable cache file")
     finally:
         cache.close()
 
