@@ -81,6 +81,7 @@ def sm90_configs(sm_count: int = 132):
         yield from sm90_in_flight_configs(dtype)
         yield from sm90_large_only_configs(dtype)
     yield from sm90_large_only_c_configs()
+    yield from (config for config, _ in sm90_staged_cases())
 
 
 # (M, N, K) for kernels with wgmma in flight: 1, 2, 3, 6 and 7 k-tiles of 64 (the mainloop
@@ -119,6 +120,32 @@ def sm90_large_only_c_configs():
     fam = catalog.load("sm90")
     return [fam.config(tile, element, out, "row", 8, 8 if out == element else 4)
             for tile, _ in fam.mk_bounds for element, out in (("f16", "f16"), ("bf16", "f32"))]
+
+
+# (M, N, K) for the staged epilogue: partial tiles along M and N, one tile, and more tiles
+# than SMs (34 x 8 = 272 of 128x256: each CTA stores several tiles through its chunk)
+STAGED_SHAPES = [(300, 200, 320), (128, 256, 64), (4352, 2048, 256), (40, 8, 128)]
+
+
+def sm90_staged_cases():
+    """(kernel, D layout) for test_staged_epilogue: kernels without C whose epilogue is
+    the staged store (SparseGemmConfig.staged_store): the default tile in both dtypes and D
+    layouts, with x column-major, with an f32 D (4-wide vectors), and the tiles of 128 rows
+    and K 128 and of 256 rows (a narrower chunk)."""
+    import dataclasses
+
+    from cutlass_sparse.describe import catalog
+
+    fam = catalog.load("sm90")
+    tile = {t[0] + t[3]: t for t in fam.tiles if t[4] == "cooperative" and t[5] == "persistent"}
+    default, k128, tall = tile[(128, 256, 64, 2, 1, 1)], tile[(128, 128, 128, 1, 2, 1)], tile[(256, 192, 64, 2, 1, 1)]
+    for t, dtype, out, layout_b, layout_d in (
+            (default, "f16", "f16", "row", "row"), (default, "bf16", "bf16", "row", "row"),
+            (default, "f16", "f16", "row", "col"), (default, "bf16", "bf16", "col", "col"),
+            (default, "f16", "f32", "row", "row"), (k128, "bf16", "bf16", "row", "row"),
+            (tall, "f16", "f16", "row", "row")):
+        config = fam.config(t, dtype, out, layout_b, 8, 16 // (4 if out == "f32" else 2), reads_c=False)
+        yield dataclasses.replace(config, layout_c=layout_d, staged_store=True), layout_d
 
 
 def sm90_k256_configs(dtype: str):

@@ -206,7 +206,8 @@ def _say_compiling(config, arch: str, cache: KernelCache) -> None:
     """One log line per compile (which kernel, about how long, where it is kept); a process
     whose logging is not set up gets one warning for its first compile instead."""
     about = ABOUT.get(getattr(config, "family", ""), "a few seconds")
-    if getattr(config, "stores_directly", False):   # no TMA epilogue to instantiate (compile_time.md)
+    if getattr(config, "stores_directly", False) or getattr(config, "stores_staged", False):
+        # no TMA epilogue to instantiate (compile_time.md)
         about = ABOUT_DIRECT_STORE
     text = f"compiling {config.name} for {arch} (about {about}; kept in {cache.path})"
     log.info("%s", text)

@@ -212,9 +212,10 @@ def load(family: str) -> Family:
 
 
 def _same_store(name: str) -> str:
-    """A name with either sm90 epilogue store spelled as the TMA store's (CUTLASS names the
-    epilogue schedule; SparseGemmConfig.direct_store picks the register-to-global one)."""
-    return name.replace("_epi_nosmem", "_epi_tma")
+    """A name with any sm90 epilogue store spelled as the TMA store's (CUTLASS names the
+    epilogue schedule; SparseGemmConfig.direct_store picks the register-to-global one,
+    staged_store our own)."""
+    return name.replace("_epi_nosmem", "_epi_tma").replace("_epi_staged", "_epi_tma")
 
 
 # What a name adds after a catalog configuration's own: an epilogue subtile, wgmma in
@@ -238,9 +239,10 @@ def find(name: str, family: str | None = None) -> SparseGemmConfig:
         for config in load(fam).enumerate(widest_only=False):
             if _same_store(_SUFFIXES.sub("", config.name)) != _same_store(base):   # the catalog's name, before the suffixes
                 continue
-            # either epilogue store: a tile's name with the other is a kernel it can be built as
-            for direct_store in (config.direct_store, not config.direct_store):
-                found = dataclasses.replace(config, direct_store=direct_store, **changes)
+            # any epilogue store: a tile's name with another is a kernel it can be built as
+            for direct_store, staged_store in ((config.direct_store, config.staged_store),
+                                               (not config.direct_store, False), (False, True)):
+                found = dataclasses.replace(config, direct_store=direct_store, staged_store=staged_store, **changes)
                 if found.name == name:
                     return found
     raise ValueError(f"no configuration named {name!r} in catalog {family or 'sm80/sm90'!r}")

@@ -73,6 +73,9 @@ COOPERATIVE_REGISTER_POOL = 384 * 168
 # (HeavyRegisterPressure), a split the patch leaves alone.
 CUTLASS_CONSUMER_REGISTERS = 232
 HEAVY_ACCUMULATORS = 208
+# D's types the staged epilogue writes (SparseGemmConfig.stores_staged): alpha * acc rounded
+# to a float type; an int32 D is the raw accumulator, CUTLASS's epilogue's job.
+STAGED_OUTPUTS = ("f16", "bf16", "f32")
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,12 @@ class SparseGemmConfig:
     # and 13). A wish: taken only by the kernels it was measured on (stores_directly), so a
     # catalog tile can ask for it whatever epilogue a call later gives its configuration.
     direct_store: bool = False
+    # sm90 cooperative: the epilogue writes D = alpha * acc through a small shared-memory chunk
+    # of our own (emit.sm90_staged_epilogue), each warp storing whole 128-byte lines, in place
+    # of CUTLASS's TMA epilogue, whose instantiation is about 40% of the kernel's compile time
+    # and memory (docs/compile_time.md, session 38). A wish, like direct_store: taken by the
+    # kernels it serves (stores_staged).
+    staged_store: bool = False
     # sm90: the tile scheduler's raster order (RASTERS); run-time, shared by one binary.
     raster: int = 0
     # sm90 cooperative: registers the producer (TMA) warp group keeps after setmaxnreg (0:
@@ -186,6 +195,8 @@ class SparseGemmConfig:
              "reads_c False: family sm90 only (CUTLASS 2.x sparse kernels always have a C operand)"),
             (not self.direct_store or self.family == "sm90",
              f"direct_store: family sm90 only (CUTLASS 3.x's epilogues), not {self.family}"),
+            (not self.staged_store or self.family == "sm90",
+             f"staged_store: family sm90 only (it replaces a CUTLASS 3.x epilogue), not {self.family}"),
             (self.load_registers in LOAD_REGISTERS,
              f"load_registers {self.load_registers} must be one of {LOAD_REGISTERS} (0: CUTLASS's 40)"),
             (self.load_registers == 0 or (self.schedule == "cooperative"
@@ -211,6 +222,18 @@ class SparseGemmConfig:
                 and self.scales == "none" and self.epilogue_tile == () and self.layout_c == "row"
                 and self.tile_scheduler == "persistent" and self.element in dtypes.INPUT_NAMES
                 and self.element_out == self.element and not self.element_b)
+
+    @property
+    def stores_staged(self) -> bool:
+        """Whether the kernel's epilogue is the staged store: asked, not the direct store, and
+        a kernel it computes (no C, the identity activation, no scales, a float output; the
+        cooperative schedule, whose two consumer warp groups share the chunk, and the
+        persistent scheduler, whose tiles need no reduction). CUTLASS's epilogue subtile
+        does not apply to it."""
+        return (self.staged_store and self.family == "sm90" and not self.stores_directly
+                and not self.reads_c and self.activation == "identity" and self.scales == "none"
+                and self.element_out in STAGED_OUTPUTS and self.schedule == "cooperative"
+                and self.tile_scheduler == "persistent" and self.epilogue_tile == ())
 
     # -- cutlass_library descriptions -------------------------------------------------
 
@@ -313,6 +336,8 @@ class SparseGemmConfig:
             name += f"_ld{self.load_registers}"
         if not self.reads_c:
             name += "_noc"
+        if self.stores_staged:   # CUTLASS's name says which of its epilogues; ours is neither
+            name = name.replace("_epi_tma", "_epi_staged")
         return name if self.is_3x else f"{name}_swz{self.swizzle}"   # 3.x: stages are in the name
 
     @functools.cached_property
@@ -320,8 +345,10 @@ class SparseGemmConfig:
         """Stable short hash of every field."""
         fields = asdict(self)
         fields["direct_store"] = self.stores_directly   # a wish the epilogue refuses changes nothing
+        fields["staged_store"] = self.stores_staged
         for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", ""), ("reads_c", True),
                                ("epilogue_tile", ()), ("mma_in_flight", False), ("direct_store", False),
+                               ("staged_store", False),
                                ("raster", 0), ("load_registers", 0)):
             if fields[field] == default:   # keys made before the field existed stay valid
                 del fields[field]
@@ -331,9 +358,10 @@ class SparseGemmConfig:
     def as_compiled(self) -> "SparseGemmConfig":
         """This configuration as its binary sees it: the sm90 tile scheduler's swizzle and
         raster order are run-time arguments, so configurations that differ only in them (or
-        in a direct_store wish not taken) share one kernel."""
-        # the direct store as taken, not as asked: one kernel, one configuration
-        return dataclasses.replace(self, swizzle=1, raster=0, direct_store=self.stores_directly) if self.is_3x else self
+        in a direct_store or staged_store wish not taken) share one kernel."""
+        # the direct and staged stores as taken, not as asked: one kernel, one configuration
+        return dataclasses.replace(self, swizzle=1, raster=0, direct_store=self.stores_directly,
+                                   staged_store=self.stores_staged) if self.is_3x else self
 
     @property
     def atom_k(self) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from cutlass_library.library import DataTypeTag, EpilogueScheduleTag, KernelScheduleTag, LayoutTag
 
-from . import arguments, epilogue, nvrtc_headers
+from . import arguments, epilogue, nvrtc_headers, sm90_staged_epilogue
 from ..describe.description import SparseGemmConfig
 from .emitted import Emitted
 from .template import substitute
@@ -79,6 +79,14 @@ struct tuple_element<I, const cute::tuple<T...>> {
 };
 }"""
 
+BUILT_EPILOGUE = """\
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
+    ${epilogue_tile}, ${accumulator}, ${compute},
+    ${source_c}, ${layout_c}, ${alignment_c},
+    ElementC, ${layout_c}, ${alignment_c},
+    ${epilogue_schedule}, ${fusion}>::CollectiveOp;"""
+
 TEMPLATE = """\
 // ${name}
 // Emitted by cutlass_sparse: 2:4 sparse GEMM, CUTLASS 3.x (wgmma.sp + TMA), family sm90.
@@ -100,12 +108,7 @@ using ElementC = ${element_c};
 using TileShape = Shape<_${tm}, _${tn}, _${tk}>;
 using ClusterShape = Shape<_${cm}, _${cn}, _${ck}>;
 
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, TileShape, ClusterShape,
-    ${epilogue_tile}, ${accumulator}, ${compute},
-    ${source_c}, ${layout_c}, ${alignment_c},
-    ElementC, ${layout_c}, ${alignment_c},
-    ${epilogue_schedule}, ${fusion}>::CollectiveOp;${stage_search}
+${collective_epilogue}${stage_search}
 
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
@@ -283,31 +286,21 @@ def emit(config: SparseGemmConfig) -> Emitted:
     else:
         stage_search = substitute(STAGE_SEARCH, {**mainloop, "tile_scheduler": scheduler["tile_scheduler"]})
         stages = SEARCHED_STAGES
+    snippets = _epilogue_snippets(config, setup)
     source = substitute(TEMPLATE, {
         "name": config.name,
+        "collective_epilogue": _collective_epilogue(config, mainloop["accumulator"], epilogue_schedule, snippets),
         "gdc": GDC,
         "element": DataTypeTag[config.tensor_a.element],
         "element_b": DataTypeTag[config.tensor_b.element],
         "element_c": DataTypeTag[config.tensor_c.element],
         **mainloop,
-        "compute": epilogue.compute_type(config.element_out),
-        "layout_c": LayoutTag[config.tensor_c.layout],
-        # C's element as the epilogue reads it; void: no C buffers in shared memory, which
-        # leaves room for one more mainloop stage (beta = 0 kernels). The direct store keeps
-        # no buffers either way; its builder wants the fusion's C type here, and the fusion
-        # names D's (it could name void in both: the kernels measured were built this way,
-        # and beta = 0 skips C at run time).
-        "source_c": "ElementC" if config.reads_c or config.stores_directly else "void",
-        "alignment_c": config.alignment_c,
         "tm": config.threadblock[0], "tn": config.threadblock[1], "tk": config.threadblock[2],
         "cm": config.cluster[0], "cn": config.cluster[1], "ck": config.cluster[2],
         "stages": stages,
         "stage_search": stage_search,
-        "epilogue_tile": ("cutlass::epilogue::collective::EpilogueTileAuto" if not config.epilogue_tile else
-                          "Shape<" + ", ".join(f"_{e}" for e in config.epilogue_tile) + ">"),
-        "epilogue_schedule": EpilogueScheduleTag[epilogue_schedule],
         **scheduler,
-        **_epilogue_snippets(config, setup),
+        **{k: v for k, v in snippets.items() if k != "fusion"},
         "setup_struct": setup.cpp(),
         "setup_name": setup.name,
         "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element], config.atom_k),
@@ -318,6 +311,28 @@ def emit(config: SparseGemmConfig) -> Emitted:
                        config.mma_in_flight, (config.load_registers, config.consumer_registers) if config.load_registers else None,
                        config.tile_scheduler == "streamk"),
                    ("--device-int128",))
+
+
+def _collective_epilogue(config: SparseGemmConfig, accumulator: str, epilogue_schedule, snippets: dict) -> str:
+    """The source defining CollectiveEpilogue: the staged store of our own, or CUTLASS's
+    builder's epilogue."""
+    if config.stores_staged:
+        return sm90_staged_epilogue.collective(config)
+    return substitute(BUILT_EPILOGUE, {
+        "accumulator": accumulator,
+        "compute": epilogue.compute_type(config.element_out),
+        "layout_c": LayoutTag[config.tensor_c.layout],
+        # C's element as the epilogue reads it; void: no C buffers in shared memory, which
+        # leaves room for one more mainloop stage (beta = 0 kernels). The direct store keeps
+        # no buffers either way; its builder wants the fusion's C type here, and the fusion
+        # names D's (it could name void in both: the kernels measured were built this way,
+        # and beta = 0 skips C at run time).
+        "source_c": "ElementC" if config.reads_c or config.stores_directly else "void",
+        "alignment_c": config.alignment_c,
+        "epilogue_tile": ("cutlass::epilogue::collective::EpilogueTileAuto" if not config.epilogue_tile else
+                          "Shape<" + ", ".join(f"_{e}" for e in config.epilogue_tile) + ">"),
+        "epilogue_schedule": EpilogueScheduleTag[epilogue_schedule],
+        "fusion": snippets["fusion"]})
 
 
 # Stream-K/split-K reduce K slices through the workspace: partial tiles, then one barrier
