@@ -1,6 +1,7 @@
 """What the machine gives a job (cutlass_sparse.host) and how many compiles warm-up runs at
 once (build.warmup.jobs_for): CPU masks, cgroup v1 and v2 limits as Slurm and Kubernetes set
 them, on fake cgroup trees."""
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -147,15 +148,18 @@ def node(monkeypatch):
 
 
 def test_warmup_jobs_follow_the_heaviest_compile_and_the_memory(node):
-    sm90 = [(selection.config_for_shape(4096, n, 4096, "f16", "f16", "row", 132, "sm90"), "sm_90a")
-            for n in (16, 512, 4096)] * 20
+    # with C: CUTLASS's TMA epilogue (without C the catalog's tiles store D directly or
+    # through the staged epilogue, which compile in less memory)
+    sm90 = [(dataclasses.replace(selection.config_for_shape(4096, n, 4096, "f16", "f16", "row", 132, "sm90"),
+                                 reads_c=True), "sm_90a") for n in (16, 512, 4096)] * 20
     sm80 = [(selection.config_for_shape(4096, n, 4096, "f16", "f16", "row", 108, "sm80"), "sm_80")
             for n in (16, 512, 4096)] * 20
     assert warmup.jobs_for(sm90) == 3                 # 16 GiB / 5 GiB per sm90 GEMM
     assert warmup.jobs_for(sm80) == 32                # 16 GiB / 0.5 GiB
     assert warmup.jobs_for(sm80 + sm90[2:3]) == 3     # the heaviest kernel sets the share
-    assert sm90[0][0].stores_directly                 # the decode tile's kernel stores D directly:
-    assert warmup.jobs_for(sm80 + sm90[:1]) == 4      # 16 GiB / 4 GiB
+    decode, staged = (selection.config_for_shape(4096, n, 4096, "f16", "f16", "row", 132, "sm90") for n in (16, 4096))
+    assert decode.stores_directly and staged.stores_staged   # kernels without C, without CUTLASS's TMA epilogue:
+    assert warmup.jobs_for(sm80 + [(decode, "sm_90a"), (staged, "sm_90a")]) == 4      # 16 GiB / 4 GiB
     assert warmup.jobs_for([CompressorConfig("e4m3"), LineCopyConfig()]) == 2   # at most one per kernel
     assert warmup.jobs_for(sm90, requested=7) == 7    # the caller's number stands
     node["bytes"] = GiB                               # less than one compile's worth: still one

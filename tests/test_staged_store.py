@@ -22,7 +22,7 @@ def _pick(m=4096, n=4096, k=4096, element="f16", **fields):
 
 
 def test_a_staged_kernel_is_its_own_kernel():
-    tma, staged = _pick(), _pick(staged_store=True)
+    tma, staged = _pick(staged_store=False), _pick(staged_store=True)
     assert staged.stores_staged and not tma.stores_staged
     assert "_epi_tma_" in tma.name and staged.name == tma.name.replace("_epi_tma_", "_epi_staged_")
     assert staged.key != tma.key and staged.as_compiled() == staged
@@ -38,6 +38,7 @@ def test_a_staged_kernel_is_its_own_kernel():
 @pytest.mark.parametrize("fields", [
     {"reads_c": True}, {"activation": "relu"}, {"scales": "row_col"},
     {"tile_scheduler": "streamk"}, {"epilogue_tile": (128, 32)}, {"direct_store": True},
+    {"alignment_c": 4},   # TMA stores whole 16-byte vectors
 ], ids=lambda f: next(iter(f)))
 def test_the_wish_is_taken_only_by_kernels_it_computes(fields):
     # alpha * acc only: no C, no activation, no scales; cooperative and persistent
@@ -69,13 +70,27 @@ def test_the_chunk_fits_the_tma_epilogues_share_of_shared_memory(tile, out, colu
 
 
 def test_it_is_emitted_in_place_of_cutlass_epilogue():
-    tma, staged = emit(_pick()).source, emit(_pick(staged_store=True)).source
+    tma, staged = emit(_pick(staged_store=False)).source, emit(_pick(staged_store=True)).source
     assert "cutlass::epilogue::TmaWarpSpecializedCooperative," in tma and "StagedEpilogue" not in tma
     assert "cutlass::epilogue::collective::CollectiveBuilder" not in staged
-    assert ("Sm90TmaWarpSpecializedAdapter<\n    cutlass_sparse::StagedEpilogue<cutlass::half_t, "
-            "cutlass::layout::RowMajor, TileShape, 8, 32>>;") in staged
+    assert ("using CollectiveEpilogue = cutlass_sparse::StagedAdapter<\n    cutlass_sparse::StagedEpilogue<"
+            "cutlass::half_t, cutlass::layout::RowMajor, TileShape, 8, 32>>;") in staged
     col = emit(_pick(staged_store=True, layout_c="col")).source
     assert "StagedEpilogue<cutlass::half_t, cutlass::layout::ColumnMajor, TileShape, 8, 32>" in col
+
+
+def test_the_catalog_asks_for_it_on_the_tiles_it_was_measured_level_on():
+    # round 21 (docs/sweep_staged_round21_h200_session38.log): the 128-row cooperative tiles
+    # and 256x192x64; the ping-pong tiles cannot take it, the stream-K twins do not
+    fam = catalog.load("sm90")
+    assert {t[0] + t[3] for t in fam.staged_store} == {
+        (128, 256, 64, 2, 1, 1), (128, 256, 64, 4, 1, 1), (128, 128, 128, 1, 2, 1), (256, 192, 64, 2, 1, 1)}
+    assert _pick().stores_staged and _pick(4096, 512, 4096).stores_staged   # cs.matmul's kernels without C
+    assert _pick(16384, 16384, 16384).stores_staged and _pick(16384, 16384, 16384).threadblock == (256, 192, 64)
+    assert not _pick(4096, 16, 4096).stores_staged   # the decode tile: ping-pong, stores directly
+    assert not _pick(reads_c=True).stores_staged     # a call with C keeps CUTLASS's epilogue
+    for other in ("sm90_fp8", "sm90_s8"):
+        assert catalog.load(other).staged_store == ()
 
 
 @pytest.mark.slow_compile

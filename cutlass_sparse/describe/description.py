@@ -228,12 +228,13 @@ class SparseGemmConfig:
         """Whether the kernel's epilogue is the staged store: asked, not the direct store, and
         a kernel it computes (no C, the identity activation, no scales, a float output; the
         cooperative schedule, whose two consumer warp groups share the chunk, and the
-        persistent scheduler, whose tiles need no reduction). CUTLASS's epilogue subtile
-        does not apply to it."""
+        persistent scheduler, whose tiles need no reduction; D's rows in whole 16-byte
+        vectors, which TMA stores). CUTLASS's epilogue subtile does not apply to it."""
         return (self.staged_store and self.family == "sm90" and not self.stores_directly
                 and not self.reads_c and self.activation == "identity" and self.scales == "none"
                 and self.element_out in STAGED_OUTPUTS and self.schedule == "cooperative"
-                and self.tile_scheduler == "persistent" and self.epilogue_tile == ())
+                and self.tile_scheduler == "persistent" and self.epilogue_tile == ()
+                and self.alignment_c * dtypes.numpy_dtype(self.element_out).itemsize % 16 == 0)
 
     # -- cutlass_library descriptions -------------------------------------------------
 

@@ -1,12 +1,14 @@
-"""Our own sm90 epilogue for kernels without C: D = alpha * accumulators through shared memory.
+"""Our own sm90 epilogue for kernels without C: D = alpha * accumulators, stored by TMA.
 
-CUTLASS's TMA epilogue (its shared-memory pipeline, TMA store and fusion visitors) is about
-40% of an sm90 GEMM's compile time and memory (docs/compile_time.md, sessions 24 and 38);
-its register-to-global epilogue compiles as fast but stores 4 bytes per thread and row and
-lost 13-26% at the large tiles. This one writes each column chunk of the tile into shared
-memory from the wgmma fragments, then stores it in 16-byte vectors along D's contiguous
-extent, so each warp writes whole 128-byte lines. It plugs into CUTLASS's warp-specialized
-kernels through their adapter for epilogues without TMA (Sm90TmaWarpSpecializedAdapter).
+CUTLASS's TMA epilogue (its collective: fusion visitors, load and store pipelines, C) is
+about 40% of an sm90 GEMM's compile time and memory (docs/compile_time.md, sessions 24 and
+38); its register-to-global epilogue compiles as fast but stores 4 bytes per thread and row
+and lost 13-26% at the large tiles, and so did a staging of our own that stored D from
+shared memory with vector stores (2-5%, session 38). This one keeps what makes CUTLASS's
+fast: each column chunk of the tile goes from the wgmma fragments into a swizzled
+shared-memory buffer (two of them, one barrier a chunk) and one thread stores it with TMA,
+asynchronously. It plugs into CUTLASS's warp-specialized kernels through their adapter for
+epilogues without TMA (Sm90TmaWarpSpecializedAdapter), with a store_tail of its own.
 """
 from __future__ import annotations
 
@@ -21,10 +23,10 @@ CHUNK_BYTES = 16384
 SOURCE = r"""
 namespace cutlass_sparse {
 
-// D = alpha * accumulators, staged through shared memory one column chunk at a time so that
-// each warp writes whole 128-byte lines of D. (A wgmma accumulator fragment holds two adjacent
-// columns of 8-row groups: stored straight from registers, each warp's store covers 8 rows x
-// 16 bytes.) Compiles in a fraction of CUTLASS's TMA epilogue; no C, no fusion.
+// D = alpha * accumulators, written one column chunk of the tile at a time into a swizzled
+// shared-memory buffer (two buffers, one barrier a chunk) and stored from there by TMA, as
+// CUTLASS's TMA epilogue does, without its collective (fusion visitors, pipelines, C): that
+// machinery is about 40% of an sm90 GEMM's compile. No C, no activation.
 template <class ElementD_, class LayoutD_, class TileShape_, int AlignmentD, int ChunkN>
 class StagedEpilogue {
 public:
@@ -39,20 +41,21 @@ public:
   static constexpr bool RowMajorD = cute::is_same_v<LayoutD_, cutlass::layout::RowMajor>;
   static constexpr int TileM = cute::size<0>(TileShape_{});
   static constexpr int TileN = cute::size<1>(TileShape_{});
-  static_assert(TileN % ChunkN == 0 && ChunkN % 8 == 0, "chunks of whole 8-column fragment groups");
-  // The chunk in shared memory: lines along D's contiguous extent, padded by 8 elements so
-  // that the fragment writes of one warp (8 rows x 4 threads x a column pair) fall in
-  // distinct banks.
-  static constexpr int Inner = RowMajorD ? ChunkN : TileM;
-  static constexpr int Outer = RowMajorD ? TileM : ChunkN;
-  static constexpr int Pad = 8;
-  static constexpr int Pitch = Inner + Pad;
-  static constexpr int Vector = (AlignmentD * int(sizeof(ElementD)) >= 16) ? 16 / int(sizeof(ElementD)) : AlignmentD;
-
   static constexpr int Chunks = TileN / ChunkN;
+  static_assert(TileN % ChunkN == 0 && ChunkN % 8 == 0, "chunks of whole 8-column fragment groups");
+  static_assert(AlignmentD * int(sizeof(ElementD)) % 16 == 0, "TMA stores rows of whole 16-byte vectors");
+
+  using ChunkShape = cute::Shape<cute::Int<TileM>, cute::Int<ChunkN>>;
+  using SmemLayoutAtom = decltype(cutlass::epilogue::collective::detail::sm90_get_epilogue_smem_swizzle_layout_atom<
+      StrideD, ElementD, ChunkShape>());
+  using SmemLayoutChunk = decltype(cute::tile_to_shape(SmemLayoutAtom{}, ChunkShape{},
+      cute::conditional_t<RowMajorD, cute::Step<cute::_1, cute::_2>, cute::Step<cute::_2, cute::_1>>{}));
+  using TMA_D = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{},
+      cute::make_tensor(cute::make_gmem_ptr<ElementD>(nullptr), cute::repeat_like(StrideD{}, int32_t(0)), StrideD{}),
+      SmemLayoutChunk{}, ChunkShape{}, cute::_1{}));
 
   struct SharedStorage {
-    alignas(128) ElementD chunk[2][Outer * Pitch];
+    alignas(1024) ElementD chunk[2][cute::cosize_v<SmemLayoutChunk>];
   };
 
   struct ThreadArguments {
@@ -66,11 +69,16 @@ public:
     ElementD* ptr_D = nullptr;
     StrideD dD{};
   };
-  using Params = Arguments;
+  struct Params {
+    float alpha;
+    TMA_D tma_store_d;
+  };
 
   template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
+  static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
+    auto [M, N, K, L] = cute::append<4>(problem_shape, 1);
+    auto tensor_d = cute::make_tensor(cute::make_gmem_ptr(args.ptr_D), cute::make_layout(cute::make_shape(M, N, L), args.dD));
+    return {args.thread.alpha, cute::make_tma_copy_C_sm90(cute::SM90_TMA_STORE{}, tensor_d, SmemLayoutChunk{}, ChunkShape{})};
   }
   template <class ProblemShape>
   static size_t get_workspace_size(ProblemShape const&, Arguments const&) { return 0; }
@@ -90,13 +98,18 @@ public:
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL,
             class FrgEngine, class FrgLayout, class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
                                  cute::Tensor<FrgEngine, FrgLayout> const& accumulators, TiledMma tiled_mma,
-                                 ResidueMNK residue_mnk, int thread_idx, char* smem_buf) {
+                                 ResidueMNK, int thread_idx, char* smem_buf) {
     using namespace cute;
     constexpr int Threads = int(size(TiledMma{}));
     constexpr int Values = int(size(FrgLayout{}));
     static_assert(Values % 2 == 0, "accumulators come in column pairs");
+    // The wgmma fragment: warp groups stacked along M (64 rows each), one atom across the
+    // tile's N; a thread holds (v0, i, nb) = column pair, row +8, 8-column block, then M blocks.
+    constexpr int MmaM = TileM / (64 * (Threads / 128));
+    static_assert(Values == 4 * (TileN / 8) * MmaM, "a wgmma fragment of one atom across N");
+    constexpr bool Stmatrix = RowMajorD && sizeof(ElementD) == 2 && ChunkN % 16 == 0;
 
     // Each accumulator's (row, column) in the tile. A TV layout is a sum over its thread and
     // value modes, so thread t's coordinates are thread 0's (known at compile time once
@@ -107,100 +120,112 @@ public:
     int const row_offset = int(get<0>(mine(0))) - int(get<0>(first(0)));
     int const col_offset = int(get<1>(mine(0))) - int(get<1>(first(0)));
 
+    // This tile of D as TMA coordinates, in chunks; TMA clips what lies outside D.
+    auto [M, N, K, L] = problem_shape_mnkl;
     auto [m_coord, n_coord, k_coord, l_coord] = blk_coord_mnkl;
-    int const rows_left = int(get<0>(residue_mnk));
-    int const cols_left = int(get<1>(residue_mnk));
-    long long const row_stride = RowMajorD ? (long long)get<0>(params.dD) : 1;
-    long long const col_stride = RowMajorD ? 1 : (long long)get<1>(params.dD);
-    ElementD* tile_d = params.ptr_D + (long long)m_coord * TileM * row_stride
-                       + (long long)n_coord * TileN * col_stride
-                       + (long long)l_coord * (long long)get<2>(params.dD);
-    long long const ld = RowMajorD ? row_stride : col_stride;
+    Tensor mD = params.tma_store_d.get_tma_tensor(make_shape(M, N, L));
+    auto tile_mn = make_shape(Int<TileM>{}, Int<TileN>{});
+    Tensor gD = local_tile(coalesce(mD, tile_mn), tile_mn, make_coord(m_coord, n_coord, l_coord));
+    Tensor gD_chunks = flat_divide(gD, ChunkShape{});   // (TileM, ChunkN, 1, Chunks)
     SharedStorage& storage = *reinterpret_cast<SharedStorage*>(smem_buf);
+    auto thread_tma = params.tma_store_d.get_slice(Int<0>{});
+    bool const issuer = thread_idx == 0;
     cutlass::NumericConverter<ElementD, float> convert;
-    float const alpha = params.thread.alpha;
-    constexpr int VectorsPerLine = Inner / Vector;
-    constexpr int VectorsPerThread = (Outer * VectorsPerLine + Threads - 1) / Threads;
-    using VectorType = cutlass::AlignedArray<ElementD, Vector>;
 
     CUTLASS_PRAGMA_UNROLL
     for (int chunk = 0; chunk < Chunks; ++chunk) {
-      // Two buffers: the chunk written now is not the one some threads may still be reading,
-      // so one barrier a chunk orders both (a buffer is written again only after the barrier
-      // that follows its readers' next write).
-      ElementD* buffer = storage.chunk[chunk % 2];
+      // The buffers alternate across tiles too: a buffer is written again only after the
+      // barrier before which its last TMA store was waited for.
+      int const parity = (stored_chunks + chunk) & 1;
+      Tensor sD = make_tensor(make_smem_ptr(storage.chunk[parity]), SmemLayoutChunk{});
       int const c0 = chunk * ChunkN;
-      // 1. this chunk's accumulators, scaled and converted, into shared memory
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < Values; i += 2) {
-        int const col0 = int(get<1>(first(i)));
-        if (col0 >= c0 && col0 < c0 + ChunkN) {
-          int const r = int(get<0>(first(i))) + row_offset;
-          int const c = col0 + col_offset - c0;
-          ElementD d0 = convert(alpha * accumulators(i));
-          ElementD d1 = convert(alpha * accumulators(i + 1));
-          if constexpr (RowMajorD) {
-            cutlass::Array<ElementD, 2> pair;
-            pair[0] = d0;
-            pair[1] = d1;
-            *reinterpret_cast<cutlass::Array<ElementD, 2>*>(&buffer[r * Pitch + c]) = pair;
-          } else {
-            buffer[c * Pitch + r] = d0;
-            buffer[(c + 1) * Pitch + r] = d1;
-          }
-        }
-      }
-      sync<Threads>();
-
-      // 2. shared memory -> D in vectors along D's contiguous extent: every load first, then
-      // every store (one load latency a chunk, not one a vector)
-      int const inner_left = RowMajorD ? cols_left - c0 : rows_left;
-      int const outer_left = RowMajorD ? rows_left : cols_left - c0;
-      ElementD* chunk_d = tile_d + (long long)c0 * col_stride;
-      if (inner_left >= Inner && outer_left >= Outer) {   // the chunk lies inside D
-        VectorType vectors[VectorsPerThread];
+      if constexpr (Stmatrix) {
+        // Four 8x8 matrices a warp per stmatrix: rows +0 and +8 of column blocks nb and nb+1.
+        // Thread l names row l % 8 of matrix l / 8; each 8-element row is one swizzle unit.
+        int const lane = thread_idx % 32;
+        int const warp_rows = 64 * (thread_idx / 128) + 16 * ((thread_idx / 32) % 4);
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < VectorsPerThread; ++j) {
-          int const v = thread_idx + j * Threads;
-          if (v < Outer * VectorsPerLine) {
-            vectors[j] = *reinterpret_cast<VectorType const*>(
-                &buffer[(v / VectorsPerLine) * Pitch + (v % VectorsPerLine) * Vector]);
+        for (int mm = 0; mm < MmaM; ++mm) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int nb = c0 / 8; nb < (c0 + ChunkN) / 8; nb += 2) {
+            int const base = mm * 4 * (TileN / 8) + 4 * nb;   // the fragment's (v0, i, nb) order
+            uint32_t words[4];
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < 4; ++j) {   // (i, nb + j / 2) for i = j % 2
+              int const v = base + 4 * (j / 2) + 2 * (j % 2);
+              cutlass::Array<ElementD, 2> pair;
+              pair[0] = convert(params.alpha * accumulators(v));
+              pair[1] = convert(params.alpha * accumulators(v + 1));
+              words[j] = reinterpret_cast<uint32_t const&>(pair);
+            }
+            int const j = lane / 8;
+            int const row = 128 * mm + warp_rows + 8 * (j % 2) + lane % 8;
+            uint32_t const address = cute::cast_smem_ptr_to_uint(raw_pointer_cast(&sD(row, 8 * (nb + j / 2) - c0)));
+            asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};"
+                         :: "r"(address), "r"(words[0]), "r"(words[1]), "r"(words[2]), "r"(words[3]));
           }
         }
+      } else {
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < VectorsPerThread; ++j) {
-          int const v = thread_idx + j * Threads;
-          if (v < Outer * VectorsPerLine) {
-            cutlass::arch::global_store<VectorType, sizeof(VectorType)>(
-                vectors[j], chunk_d + (long long)(v / VectorsPerLine) * ld + (v % VectorsPerLine) * Vector, true);
-          }
-        }
-      } else {   // an edge of D: whole vectors where they fit, elements after
-        CUTLASS_PRAGMA_NO_UNROLL
-        for (int v = thread_idx; v < Outer * VectorsPerLine; v += Threads) {
-          int const line = v / VectorsPerLine;
-          int const at = (v % VectorsPerLine) * Vector;
-          if (line < outer_left) {
-            ElementD const* from = &buffer[line * Pitch + at];
-            ElementD* to = chunk_d + (long long)line * ld + at;
-            if (at + Vector <= inner_left) {
-              cutlass::arch::global_store<VectorType, sizeof(VectorType)>(
-                  *reinterpret_cast<VectorType const*>(from), to, true);
+        for (int i = 0; i < Values; i += 2) {
+          int const col0 = int(get<1>(first(i)));
+          if (col0 >= c0 && col0 < c0 + ChunkN) {
+            int const r = int(get<0>(first(i))) + row_offset;
+            int const c = col0 + col_offset - c0;
+            ElementD const d0 = convert(params.alpha * accumulators(i));
+            ElementD const d1 = convert(params.alpha * accumulators(i + 1));
+            if constexpr (RowMajorD) {   // a column pair stays within one 16-byte swizzle unit
+              cutlass::Array<ElementD, 2> pair;
+              pair[0] = d0;
+              pair[1] = d1;
+              store_shared(address_of(sD(r, c)), pair);
             } else {
-              for (int e = 0; e < Vector && at + e < inner_left; ++e) {
-                to[e] = from[e];
-              }
+              store_shared(address_of(sD(r, c)), d0);
+              store_shared(address_of(sD(r, c + 1)), d1);
             }
           }
         }
       }
+      cutlass::arch::fence_view_async_shared();   // the writes, visible to the TMA unit
+      if (issuer) {
+        cute::tma_store_wait<0>();   // the other buffer's store has read it
+      }
+      sync<Threads>();
+      if (issuer) {
+        copy(params.tma_store_d, thread_tma.partition_S(sD), thread_tma.partition_D(gD_chunks(_, _, 0, chunk)));
+        cute::tma_store_arrive();
+      }
     }
-    if constexpr (Chunks % 2 == 1) {
-      sync<Threads>();   // the next tile's first chunk writes the buffer the last one read
+    stored_chunks += Chunks;
+  }
+
+  // Before the CTA exits: its last TMA store has read shared memory.
+  CUTLASS_DEVICE void drain(int thread_idx) const {
+    if (thread_idx == 0) {
+      cute::tma_store_wait<0>();
     }
   }
 
 private:
+  // The shared-window address of an element of a swizzled tensor (st.shared: a generic
+  // store costs more).
+  CUTLASS_DEVICE static uint32_t address_of(ElementD& element) {
+    return cute::cast_smem_ptr_to_uint(&element);
+  }
+
+  template <class Value>
+  CUTLASS_DEVICE static void store_shared(uint32_t address, Value const& value) {
+    static_assert(sizeof(Value) == 2 || sizeof(Value) == 4 || sizeof(Value) == 8, "a 2-, 4- or 8-byte store");
+    if constexpr (sizeof(Value) == 2) {
+      asm volatile("st.shared.b16 [%0], %1;" :: "r"(address), "h"(reinterpret_cast<uint16_t const&>(value)));
+    } else if constexpr (sizeof(Value) == 4) {
+      asm volatile("st.shared.b32 [%0], %1;" :: "r"(address), "r"(reinterpret_cast<uint32_t const&>(value)));
+    } else {
+      uint2 const& words = reinterpret_cast<uint2 const&>(value);
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" :: "r"(address), "r"(words.x), "r"(words.y));
+    }
+  }
+
   // The consumer warp groups' barrier (CUTLASS's id for epilogues). The memory clobber keeps
   // the compiler from moving shared-memory accesses across it (CUTLASS's NamedBarrier has none).
   template <int Threads>
@@ -209,7 +234,24 @@ private:
                  "r"(Threads) : "memory");
   }
 
-  Params params;
+  // The kernel's own Params, not a copy: TMA reads its descriptor there (a copy would sit in
+  // local memory, where TMA cannot read).
+  Params const& params;
+  int stored_chunks = 0;
+};
+
+// CUTLASS's adapter for epilogues without TMA, with a store_tail that drains the last store.
+template <class Epilogue>
+class StagedAdapter : public cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue> {
+  using Base = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
+
+public:
+  using Base::Base;
+
+  template <class... Pipelines>
+  CUTLASS_DEVICE void store_tail(Pipelines...) {
+    this->drain(int(threadIdx.x) - 128);   // the consumers' index: the producer warp group is the first
+  }
 };
 
 }  // namespace cutlass_sparse
@@ -229,6 +271,6 @@ def collective(config: SparseGemmConfig) -> str:
     """The source that defines CollectiveEpilogue as the staged epilogue for this kernel."""
     element_d = DataTypeTag[config.tensor_c.element]
     layout_d = LayoutTag[config.tensor_c.layout]
-    return (SOURCE + "\nusing CollectiveEpilogue = cutlass::epilogue::collective::detail::"
-            f"Sm90TmaWarpSpecializedAdapter<\n    cutlass_sparse::StagedEpilogue<{element_d}, {layout_d}, "
+    return (SOURCE + "\nusing CollectiveEpilogue = "
+            f"cutlass_sparse::StagedAdapter<\n    cutlass_sparse::StagedEpilogue<{element_d}, {layout_d}, "
             f"TileShape, {config.alignment_c}, {chunk_columns(config)}>>;")
