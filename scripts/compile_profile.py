@@ -37,7 +37,7 @@ SHAPES = {"default": (4096, 4096, 4096), "decode": (4096, 16, 4096)}
 
 
 def config_for(spec: str, element: str = "f16", activation: str = "identity", scheduler: str | None = None,
-               with_c: bool = False):
+               with_c: bool = False, cutlass_epilogue: bool = False):
     import dataclasses
 
     from cutlass_sparse.describe import selection
@@ -50,6 +50,8 @@ def config_for(spec: str, element: str = "f16", activation: str = "identity", sc
         changes["tile_scheduler"] = scheduler
     if with_c:   # the kernel of a call with C (a bias, beta != 0): matmul's choice before session 16
         changes["reads_c"] = True
+    if cutlass_epilogue:   # CUTLASS's TMA epilogue where the catalog takes our staged store (session 38)
+        changes["staged_store"] = False
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -126,6 +128,8 @@ def main() -> None:
     p.add_argument("--activation", default="identity")
     p.add_argument("--scheduler", default=None, help="persistent or streamk (default: the catalog's)")
     p.add_argument("--with-c", action="store_true", help="the kernel with C in its epilogue (for a bias or beta)")
+    p.add_argument("--cutlass-epilogue", action="store_true",
+                   help="CUTLASS's TMA epilogue in place of the staged store the catalog takes")
     p.add_argument("--time", action="store_true", help="NVRTC -time: phase CSV")
     p.add_argument("--trace", action="store_true", help="NVRTC -fdevice-time-trace: summarized JSON")
     p.add_argument("--dump", help="write the emitted source here and stop")
@@ -141,7 +145,8 @@ def main() -> None:
 
     from cutlass_sparse.build import compiler
     from cutlass_sparse.emit.registry import emit
-    config = config_for(args.shape, args.element, args.activation, args.scheduler, args.with_c)
+    config = config_for(args.shape, args.element, args.activation, args.scheduler, args.with_c,
+                        args.cutlass_epilogue)
     emitted = emit(config)
     if args.dump:
         Path(args.dump).write_text(emitted.source)

@@ -130,8 +130,8 @@ STAGED_SHAPES = [(300, 200, 320), (128, 256, 64), (4352, 2048, 256), (40, 8, 128
 def sm90_staged_cases():
     """(kernel, D layout) for test_staged_epilogue: kernels without C whose epilogue is
     the staged store (SparseGemmConfig.staged_store): the default tile in both dtypes and D
-    layouts, with x column-major, with an f32 D (4-wide vectors), and the tiles of 128 rows
-    and K 128 and of 256 rows (a narrower chunk)."""
+    layouts (stmatrix, and .trans for a column-major D), with x column-major, and the tiles
+    of 128 rows and K 128 and of 256 rows (two M blocks a thread, a narrower chunk)."""
     import dataclasses
 
     from cutlass_sparse.describe import catalog
@@ -142,9 +142,9 @@ def sm90_staged_cases():
     for t, dtype, out, layout_b, layout_d in (
             (default, "f16", "f16", "row", "row"), (default, "bf16", "bf16", "row", "row"),
             (default, "f16", "f16", "row", "col"), (default, "bf16", "bf16", "col", "col"),
-            (default, "f16", "f32", "row", "row"), (k128, "bf16", "bf16", "row", "row"),
-            (tall, "f16", "f16", "row", "row")):
-        config = fam.config(t, dtype, out, layout_b, 8, 16 // (4 if out == "f32" else 2), reads_c=False)
+            (k128, "bf16", "bf16", "row", "row"), (k128, "f16", "f16", "col", "col"),
+            (tall, "f16", "f16", "row", "row"), (tall, "bf16", "bf16", "row", "col")):
+        config = fam.config(t, dtype, out, layout_b, 8, 8, reads_c=False)
         yield dataclasses.replace(config, layout_c=layout_d, staged_store=True), layout_d
 
 

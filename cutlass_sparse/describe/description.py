@@ -74,8 +74,8 @@ COOPERATIVE_REGISTER_POOL = 384 * 168
 CUTLASS_CONSUMER_REGISTERS = 232
 HEAVY_ACCUMULATORS = 208
 # D's types the staged epilogue writes (SparseGemmConfig.stores_staged): alpha * acc rounded
-# to a float type; an int32 D is the raw accumulator, CUTLASS's epilogue's job.
-STAGED_OUTPUTS = ("f16", "bf16", "f32")
+# to a 16-bit float, which stmatrix writes; float32 and int32 D stay CUTLASS's epilogue's.
+STAGED_OUTPUTS = ("f16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ class SparseGemmConfig:
     @property
     def stores_staged(self) -> bool:
         """Whether the kernel's epilogue is the staged store: asked, not the direct store, and
-        a kernel it computes (no C, the identity activation, no scales, a float output; the
+        a kernel it computes (no C, the identity activation, no scales, a 16-bit output; the
         cooperative schedule, whose two consumer warp groups share the chunk, and the
         persistent scheduler, whose tiles need no reduction; D's rows in whole 16-byte
         vectors, which TMA stores). CUTLASS's epilogue subtile does not apply to it."""

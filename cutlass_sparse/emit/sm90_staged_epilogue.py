@@ -16,8 +16,8 @@ from cutlass_library.library import DataTypeTag, LayoutTag
 
 from ..describe.description import SparseGemmConfig
 
-# Shared memory the two chunk buffers may take, their padding aside: about the TMA
-# epilogue's (its D buffers), so the mainloop keeps its stages.
+# Shared memory the two chunk buffers may take: about the TMA epilogue's D buffers, so the
+# mainloop keeps its stages.
 CHUNK_BYTES = 16384
 
 SOURCE = r"""
@@ -44,6 +44,7 @@ public:
   static constexpr int Chunks = TileN / ChunkN;
   static_assert(TileN % ChunkN == 0 && ChunkN % 8 == 0, "chunks of whole 8-column fragment groups");
   static_assert(AlignmentD * int(sizeof(ElementD)) % 16 == 0, "TMA stores rows of whole 16-byte vectors");
+  static_assert(sizeof(ElementD) == 2 && ChunkN % 16 == 0, "stmatrix writes 16-bit D, two 8-column blocks at a time");
 
   using ChunkShape = cute::Shape<cute::Int<TileM>, cute::Int<ChunkN>>;
   using SmemLayoutAtom = decltype(cutlass::epilogue::collective::detail::sm90_get_epilogue_smem_swizzle_layout_atom<
@@ -109,16 +110,6 @@ public:
     // tile's N; a thread holds (v0, i, nb) = column pair, row +8, 8-column block, then M blocks.
     constexpr int MmaM = TileM / (64 * (Threads / 128));
     static_assert(Values == 4 * (TileN / 8) * MmaM, "a wgmma fragment of one atom across N");
-    constexpr bool Stmatrix = RowMajorD && sizeof(ElementD) == 2 && ChunkN % 16 == 0;
-
-    // Each accumulator's (row, column) in the tile. A TV layout is a sum over its thread and
-    // value modes, so thread t's coordinates are thread 0's (known at compile time once
-    // unrolled) plus t's offset: which chunk a value belongs to is static.
-    auto tile_coords = make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{}));
-    auto mine = tiled_mma.get_slice(thread_idx).partition_C(tile_coords);
-    auto first = tiled_mma.get_slice(0).partition_C(tile_coords);
-    int const row_offset = int(get<0>(mine(0))) - int(get<0>(first(0)));
-    int const col_offset = int(get<1>(mine(0))) - int(get<1>(first(0)));
 
     // This tile of D as TMA coordinates, in chunks; TMA clips what lies outside D.
     auto [M, N, K, L] = problem_shape_mnkl;
@@ -139,50 +130,36 @@ public:
       int const parity = (stored_chunks + chunk) & 1;
       Tensor sD = make_tensor(make_smem_ptr(storage.chunk[parity]), SmemLayoutChunk{});
       int const c0 = chunk * ChunkN;
-      if constexpr (Stmatrix) {
-        // Four 8x8 matrices a warp per stmatrix: rows +0 and +8 of column blocks nb and nb+1.
-        // Thread l names row l % 8 of matrix l / 8; each 8-element row is one swizzle unit.
-        int const lane = thread_idx % 32;
-        int const warp_rows = 64 * (thread_idx / 128) + 16 * ((thread_idx / 32) % 4);
+      // stmatrix: four 8x8 matrices a warp, rows +0 and +8 of column blocks nb and nb + 1;
+      // thread l names line l % 8 of matrix l / 8 (a row of it, or with .trans for an
+      // M-major D, a column), 8 elements that are one 16-byte swizzle unit.
+      int const lane = thread_idx % 32;
+      int const warp_rows = 64 * (thread_idx / 128) + 16 * ((thread_idx / 32) % 4);
+      int const j = lane / 8;
+      CUTLASS_PRAGMA_UNROLL
+      for (int mm = 0; mm < MmaM; ++mm) {
         CUTLASS_PRAGMA_UNROLL
-        for (int mm = 0; mm < MmaM; ++mm) {
+        for (int nb = c0 / 8; nb < (c0 + ChunkN) / 8; nb += 2) {
+          int const base = mm * 4 * (TileN / 8) + 4 * nb;   // the fragment's (v0, i, nb) order
+          uint32_t words[4];
           CUTLASS_PRAGMA_UNROLL
-          for (int nb = c0 / 8; nb < (c0 + ChunkN) / 8; nb += 2) {
-            int const base = mm * 4 * (TileN / 8) + 4 * nb;   // the fragment's (v0, i, nb) order
-            uint32_t words[4];
-            CUTLASS_PRAGMA_UNROLL
-            for (int j = 0; j < 4; ++j) {   // (i, nb + j / 2) for i = j % 2
-              int const v = base + 4 * (j / 2) + 2 * (j % 2);
-              cutlass::Array<ElementD, 2> pair;
-              pair[0] = convert(params.alpha * accumulators(v));
-              pair[1] = convert(params.alpha * accumulators(v + 1));
-              words[j] = reinterpret_cast<uint32_t const&>(pair);
-            }
-            int const j = lane / 8;
-            int const row = 128 * mm + warp_rows + 8 * (j % 2) + lane % 8;
-            uint32_t const address = cute::cast_smem_ptr_to_uint(raw_pointer_cast(&sD(row, 8 * (nb + j / 2) - c0)));
+          for (int matrix = 0; matrix < 4; ++matrix) {   // (i, nb + matrix / 2) for i = matrix % 2
+            int const v = base + 4 * (matrix / 2) + 2 * (matrix % 2);
+            cutlass::Array<ElementD, 2> pair;
+            pair[0] = convert(params.alpha * accumulators(v));
+            pair[1] = convert(params.alpha * accumulators(v + 1));
+            words[matrix] = reinterpret_cast<uint32_t const&>(pair);
+          }
+          int const row = 128 * mm + warp_rows + 8 * (j % 2);
+          int const column = 8 * (nb + j / 2) - c0;
+          if constexpr (RowMajorD) {
+            uint32_t const address = cute::cast_smem_ptr_to_uint(raw_pointer_cast(&sD(row + lane % 8, column)));
             asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};"
                          :: "r"(address), "r"(words[0]), "r"(words[1]), "r"(words[2]), "r"(words[3]));
-          }
-        }
-      } else {
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < Values; i += 2) {
-          int const col0 = int(get<1>(first(i)));
-          if (col0 >= c0 && col0 < c0 + ChunkN) {
-            int const r = int(get<0>(first(i))) + row_offset;
-            int const c = col0 + col_offset - c0;
-            ElementD const d0 = convert(params.alpha * accumulators(i));
-            ElementD const d1 = convert(params.alpha * accumulators(i + 1));
-            if constexpr (RowMajorD) {   // a column pair stays within one 16-byte swizzle unit
-              cutlass::Array<ElementD, 2> pair;
-              pair[0] = d0;
-              pair[1] = d1;
-              store_shared(address_of(sD(r, c)), pair);
-            } else {
-              store_shared(address_of(sD(r, c)), d0);
-              store_shared(address_of(sD(r, c + 1)), d1);
-            }
+          } else {
+            uint32_t const address = cute::cast_smem_ptr_to_uint(raw_pointer_cast(&sD(row, column + lane % 8)));
+            asm volatile("stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};"
+                         :: "r"(address), "r"(words[0]), "r"(words[1]), "r"(words[2]), "r"(words[3]));
           }
         }
       }
@@ -207,25 +184,6 @@ public:
   }
 
 private:
-  // The shared-window address of an element of a swizzled tensor (st.shared: a generic
-  // store costs more).
-  CUTLASS_DEVICE static uint32_t address_of(ElementD& element) {
-    return cute::cast_smem_ptr_to_uint(&element);
-  }
-
-  template <class Value>
-  CUTLASS_DEVICE static void store_shared(uint32_t address, Value const& value) {
-    static_assert(sizeof(Value) == 2 || sizeof(Value) == 4 || sizeof(Value) == 8, "a 2-, 4- or 8-byte store");
-    if constexpr (sizeof(Value) == 2) {
-      asm volatile("st.shared.b16 [%0], %1;" :: "r"(address), "h"(reinterpret_cast<uint16_t const&>(value)));
-    } else if constexpr (sizeof(Value) == 4) {
-      asm volatile("st.shared.b32 [%0], %1;" :: "r"(address), "r"(reinterpret_cast<uint32_t const&>(value)));
-    } else {
-      uint2 const& words = reinterpret_cast<uint2 const&>(value);
-      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" :: "r"(address), "r"(words.x), "r"(words.y));
-    }
-  }
-
   // The consumer warp groups' barrier (CUTLASS's id for epilogues). The memory clobber keeps
   // the compiler from moving shared-memory accesses across it (CUTLASS's NamedBarrier has none).
   template <int Threads>
@@ -259,12 +217,11 @@ public:
 
 
 def chunk_columns(config: SparseGemmConfig) -> int:
-    """Columns of D per chunk: the most, in whole 8-column fragment groups dividing the
-    tile's N, whose two buffers fit CHUNK_BYTES."""
+    """Columns of (16-bit) D per chunk: the most, in pairs of 8-column fragment blocks
+    dividing the tile's N, whose two buffers fit CHUNK_BYTES."""
     tm, tn = config.threadblock[:2]
-    size = {"f32": 4}.get(config.element_out, 2)
-    fits = [c for c in range(8, tn + 1, 8) if tn % c == 0 and 2 * tm * c * size <= CHUNK_BYTES]
-    return max(fits, default=8)
+    fits = [c for c in range(16, tn + 1, 16) if tn % c == 0 and 2 * tm * c * 2 <= CHUNK_BYTES]
+    return max(fits, default=16)
 
 
 def collective(config: SparseGemmConfig) -> str:
