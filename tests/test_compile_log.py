@@ -1,6 +1,7 @@
 """A compile says so: one log line when it starts (which kernel, about how long, where it
 is kept) and one when it ends; a process without logging set up gets one warning for
 its first compile. (A real sm80 compile: a few seconds.)"""
+import dataclasses
 import logging
 import warnings
 
@@ -45,14 +46,16 @@ def test_unconfigured_logging_gets_one_warning(tmp_path, config, monkeypatch):
 def test_an_sm90_compile_says_what_it_will_take(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(kernels, "_said_once", type(kernels._said_once)())
     cache = KernelCache(tmp_path / "cs.db")
-    default = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90")
+    default = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90")   # the staged store
     decode = selection.config_for_shape(4096, 16, 4096, "f16", "f16", "row", 132, "sm90")   # stores D directly
+    with_c = dataclasses.replace(default, reads_c=True)   # CUTLASS's TMA epilogue
     with caplog.at_level(logging.INFO, logger="cutlass_sparse"):
-        kernels._say_compiling(default, "sm_90a", cache)
-        kernels._say_compiling(decode, "sm_90a", cache)
+        for config in (with_c, default, decode):
+            kernels._say_compiling(config, "sm_90a", cache)
     lines = [r.getMessage() for r in caplog.records if r.name == "cutlass_sparse"]
     assert "(about 1-2 minutes and about 5 GB of memory;" in lines[0]
-    assert "(about 30-60 seconds and about 3.5 GB of memory;" in lines[1] and decode.stores_directly
+    assert all("(about 30-60 seconds and about 3.5 GB of memory;" in line for line in lines[1:])
+    assert default.stores_staged and decode.stores_directly
 
 
 # What ptxas wrote for the 256x192x64 tile in flight (session 27), between two ordinary lines.

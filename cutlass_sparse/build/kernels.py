@@ -191,10 +191,18 @@ def _holds(entry, config, arch: str) -> bool:
 
 
 # What a compile takes on one CPU core (docs/compile_time.md; README "Kernel cache"): the
-# Hopper family's CUTLASS 3.x kernels are template-heavy, the others small.
+# Hopper family's CUTLASS 3.x kernels are template-heavy, the others small; an sm90 GEMM
+# without CUTLASS's TMA epilogue (the direct or the staged store) less so.
 ABOUT = {"sm90": "1-2 minutes and about 5 GB of memory", "sm90_compressor": "15-30 seconds"}
-ABOUT_DIRECT_STORE = "30-60 seconds and about 3.5 GB of memory"
+ABOUT_WITHOUT_TMA_EPILOGUE = "30-60 seconds and about 3.5 GB of memory"
 _said_once = threading.Event()
+
+
+def compile_estimate(config) -> str:
+    """About how long (and how much memory) compiling this kernel takes, for messages."""
+    if getattr(config, "stores_directly", False) or getattr(config, "stores_staged", False):
+        return ABOUT_WITHOUT_TMA_EPILOGUE
+    return ABOUT.get(getattr(config, "family", ""), "a few seconds")
 
 
 def announced() -> None:
@@ -205,11 +213,7 @@ def announced() -> None:
 def _say_compiling(config, arch: str, cache: KernelCache) -> None:
     """One log line per compile (which kernel, about how long, where it is kept); a process
     whose logging is not set up gets one warning for its first compile instead."""
-    about = ABOUT.get(getattr(config, "family", ""), "a few seconds")
-    if getattr(config, "stores_directly", False) or getattr(config, "stores_staged", False):
-        # no TMA epilogue to instantiate (compile_time.md)
-        about = ABOUT_DIRECT_STORE
-    text = f"compiling {config.name} for {arch} (about {about}; kept in {cache.path})"
+    text = f"compiling {config.name} for {arch} (about {compile_estimate(config)}; kept in {cache.path})"
     log.info("%s", text)
     configured = log.handlers or logging.getLogger().handlers or log.getEffectiveLevel() <= logging.INFO
     if not configured and not _said_once.is_set():

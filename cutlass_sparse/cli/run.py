@@ -124,14 +124,15 @@ def stand_in(problem: Problem) -> str | None:
     """On a cold cache, start the sm90 kernels' compile in a detached process and say what
     this run does meanwhile (the sm80 family, whose kernels compile in seconds); None
     where the sm90 kernels are cached, cannot be kept, or compiling is forbidden."""
-    from ..build import background
+    from ..build import background, kernels
 
     missing = missing_sm90_kernels(problem)
     if not missing or not background.can_start():
         return None
     pid, log_path = background.start(missing)
     started = f"started in a background process (pid {pid})" if pid else "compiling in another process already"
-    return (f"sm80 family stand-in: the sm90 GEMM {started}, about 1-2 minutes, log {log_path}; later runs "
+    about = kernels.compile_estimate(missing[0][0])   # the GEMM (compressing compiles nothing)
+    return (f"sm80 family stand-in: the sm90 GEMM {started}, about {about}, log {log_path}; later runs "
             f"use them (--no-stand-in waits instead)")
 
 

@@ -162,11 +162,11 @@ def _look(now: bool = False) -> None:
                              f"compile it here", failed=True)
                 continue
             _started[kernel] = time.monotonic()
-            log.warning("the sm90 GEMM %s is not compiled yet: %s (about 1-2 minutes; log %s). Meanwhile "
+            log.warning("the sm90 GEMM %s is not compiled yet: %s (about %s; log %s). Meanwhile "
                         "calls that need it run on the sm80 family (CUTLASS 2.x: slower on Hopper); "
                         "CUTLASS_SPARSE_STAND_IN=0 waits for the compile instead", kernel[0].name,
                         f"compiling it in a background process (pid {pid})" if pid else
-                        "another process compiles it", log_path)
+                        "another process compiles it", kernels.compile_estimate(kernel[0]), log_path)
 
 
 def _end(kernel: tuple, why: str, failed: bool) -> None:
