@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from cutlass_library.library import DataTypeTag, EpilogueScheduleTag, KernelScheduleTag, LayoutTag
 
-from . import arguments, epilogue, nvrtc_headers, sm90_staged_epilogue
+from . import arguments, epilogue, nvrtc_headers, sm90_scheduler, sm90_staged_epilogue
 from ..describe.description import SparseGemmConfig
 from .emitted import Emitted
 from .template import substitute
@@ -273,7 +273,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         raise ValueError(f"the sm90 emitter cannot emit family {config.family!r}")
     kernel_schedule, epilogue_schedule = config.schedules
     setup = setup_layout(config)
-    scheduler = _scheduler_snippets(config)
+    scheduler = sm90_scheduler.snippets(config)
     mainloop = {"alignment_a": config.alignment_a, "alignment_b": config.alignment_b,
                 "layout_b": LayoutTag[config.tensor_b.layout],
                 "accumulator": DataTypeTag[config.math_instruction.element_accumulator],
@@ -335,36 +335,6 @@ def _collective_epilogue(config: SparseGemmConfig, accumulator: str, epilogue_sc
         "fusion": snippets["fusion"]})
 
 
-# Stream-K/split-K reduce K slices through the workspace: partial tiles, then one barrier
-# word per tile and warp group that must be zero before every launch (CUTLASS's host-side
-# initialize_workspace does that with a memset; here the host zeroes the region this
-# reports). The region follows the epilogue's and the scheduler's reduction workspace.
-STREAMK_ARGUMENTS = """\
-  arguments.scheduler.splits = args.splits;
-  arguments.scheduler.decomposition_mode =
-      static_cast<decltype(arguments.scheduler.decomposition_mode)>(args.decomposition);"""
-
-STREAMK_BARRIER_REGION = """\
-  {
-    using Scheduler = typename GemmKernel::TileScheduler;
-    auto problem_mnkl = make_shape(args.m, args.n, args.k, 1);
-    dim3 blocks = Scheduler::get_tiled_cta_shape_mnl(problem_mnkl, TileShape{}, ClusterShape{});
-    uint32_t k_tiles = uint32_t((args.k + size<2>(TileShape{}) - 1) / size<2>(TileShape{}));
-    size_t barrier = 0, reduction = 0;
-    Scheduler::Params::get_workspace_component_sizes(
-        blocks, k_tiles, cutlass::gemm::to_gemm_coord(TileShape{}),
-        cutlass::gemm::to_gemm_coord(ClusterShape{}), barrier, reduction, hw_info,
-        arguments.scheduler.splits, arguments.scheduler.max_swizzle_size, arguments.scheduler.raster_order,
-        arguments.scheduler.decomposition_mode, arguments.scheduler.reduction_mode,
-        GemmKernel::NumMmaWarpGroups, cute::sizeof_bits<typename Scheduler::BarrierType>::value,
-        cute::sizeof_bits<float>::value, CollectiveEpilogue::get_store_pipe_increment(TileShape{}));
-    size_t epilogue = cutlass::round_nearest(CollectiveEpilogue::get_workspace_size(problem, arguments.epilogue),
-                                             cutlass::MinWorkspaceAlignment);
-    barrier_offset = (long long)(epilogue + reduction);
-    barrier_bytes = (long long)barrier;
-  }"""
-
-
 # Scaled kernels (issue 15: quantized weights) read two more pointers: float32 scales, one
 # per row of D (the weight's output features) and one per column (tokens); either may be
 # null (scale 1). Other kernels keep SETUP, so their sources and cached binaries stay.
@@ -393,14 +363,6 @@ def _epilogue_snippets(config: SparseGemmConfig, setup: arguments.StructLayout) 
     return {"fusion_decl": "\n" + epilogue.scaled_fusion_3x(config.activation, element_d),
             "fusion": epilogue.SCALED_FUSION, "thread_init": "{}",
             "set_activation_arg": epilogue.set_scales_3x("arguments", "args")}
-
-
-def _scheduler_snippets(config: SparseGemmConfig) -> dict:
-    if config.tile_scheduler == "streamk":
-        return {"tile_scheduler": "cutlass::gemm::StreamKScheduler",
-                "scheduler_arguments": STREAMK_ARGUMENTS, "barrier_region": STREAMK_BARRIER_REGION}
-    return {"tile_scheduler": "cutlass::gemm::PersistentScheduler",
-            "scheduler_arguments": "", "barrier_region": ""}
 
 
 def sparse_config_decl(element: str, atom_k: int) -> str:
