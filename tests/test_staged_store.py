@@ -40,6 +40,7 @@ def test_a_staged_kernel_is_its_own_kernel():
     {"tile_scheduler": "streamk"}, {"epilogue_tile": (128, 32)}, {"direct_store": True},
     {"alignment_c": 4},   # TMA stores whole 16-byte vectors
     {"element_out": "f32", "alignment_c": 4},   # stmatrix writes 16-bit D
+    {"threadblock": (128, 40, 64)},             # chunks of two 8-column blocks
 ], ids=lambda f: next(iter(f)))
 def test_the_wish_is_taken_only_by_kernels_it_computes(fields):
     # alpha * acc only: no C, no activation, no scales; cooperative and persistent

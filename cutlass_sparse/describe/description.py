@@ -131,10 +131,10 @@ class SparseGemmConfig:
     # and 13). A wish: taken only by the kernels it was measured on (stores_directly), so a
     # catalog tile can ask for it whatever epilogue a call later gives its configuration.
     direct_store: bool = False
-    # sm90 cooperative: the epilogue writes D = alpha * acc through a small shared-memory chunk
-    # of our own (emit.sm90_staged_epilogue), each warp storing whole 128-byte lines, in place
-    # of CUTLASS's TMA epilogue, whose instantiation is about 40% of the kernel's compile time
-    # and memory (docs/compile_time.md, session 38). A wish, like direct_store: taken by the
+    # sm90 cooperative: the epilogue writes D = alpha * acc through our own TMA epilogue
+    # (emit.sm90_staged_epilogue: stmatrix into swizzled shared-memory chunks, then TMA) in
+    # place of CUTLASS's, whose collective is about 40% of the kernel's compile time and
+    # memory (docs/compile_time.md, session 38). A wish, like direct_store: taken by the
     # kernels it serves (stores_staged).
     staged_store: bool = False
     # sm90: the tile scheduler's raster order (RASTERS); run-time, shared by one binary.
@@ -229,12 +229,14 @@ class SparseGemmConfig:
         a kernel it computes (no C, the identity activation, no scales, a 16-bit output; the
         cooperative schedule, whose two consumer warp groups share the chunk, and the
         persistent scheduler, whose tiles need no reduction; D's rows in whole 16-byte
-        vectors, which TMA stores). CUTLASS's epilogue subtile does not apply to it."""
+        vectors, which TMA stores; a tile of at most 256 by 256, N in 16-column steps, as
+        its chunks and TMA boxes take it). CUTLASS's epilogue subtile does not apply to it."""
         return (self.staged_store and self.family == "sm90" and not self.stores_directly
                 and not self.reads_c and self.activation == "identity" and self.scales == "none"
                 and self.element_out in STAGED_OUTPUTS and self.schedule == "cooperative"
                 and self.tile_scheduler == "persistent" and self.epilogue_tile == ()
-                and self.alignment_c * dtypes.numpy_dtype(self.element_out).itemsize % 16 == 0)
+                and self.alignment_c * dtypes.numpy_dtype(self.element_out).itemsize % 16 == 0
+                and self.threadblock[1] % 16 == 0 and self.threadblock[1] <= 256 and self.threadblock[0] <= 256)
 
     # -- cutlass_library descriptions -------------------------------------------------
 

@@ -109,6 +109,9 @@ public:
     // The wgmma fragment: warp groups stacked along M (64 rows each), one atom across the
     // tile's N; a thread holds (v0, i, nb) = column pair, row +8, 8-column block, then M blocks.
     constexpr int MmaM = TileM / (64 * (Threads / 128));
+    static_assert(Threads == 256, "the cooperative schedule's two consumer warp groups, stacked along M");
+    static_assert(int(size<0>(FrgLayout{})) == TileN / 2 && int(size<2>(FrgLayout{})) == 1,
+                  "one wgmma atom across the tile's N");
     static_assert(Values == 4 * (TileN / 8) * MmaM, "a wgmma fragment of one atom across N");
 
     // This tile of D as TMA coordinates, in chunks; TMA clips what lies outside D.
@@ -176,11 +179,11 @@ public:
     stored_chunks += Chunks;
   }
 
-  // Before the CTA exits: its last TMA store has read shared memory.
-  CUTLASS_DEVICE void drain(int thread_idx) const {
-    if (thread_idx == 0) {
-      cute::tma_store_wait<0>();
-    }
+  // Before the CTA exits: its last TMA store has read shared memory. Every consumer thread
+  // waits (a no-op for those that committed no store), as CUTLASS's store pipeline does: the
+  // issuing thread is consumer 0, which the kernel numbers modulo its 256 consumers.
+  CUTLASS_DEVICE void drain() const {
+    cute::tma_store_wait<0>();
   }
 
 private:
@@ -208,7 +211,7 @@ public:
 
   template <class... Pipelines>
   CUTLASS_DEVICE void store_tail(Pipelines...) {
-    this->drain(int(threadIdx.x) - 128);   // the consumers' index: the producer warp group is the first
+    this->drain();
   }
 };
 
