@@ -200,7 +200,7 @@ _said_once = threading.Event()
 
 def compile_estimate(config) -> str:
     """About how long (and how much memory) compiling this kernel takes, for messages."""
-    if getattr(config, "stores_directly", False) or getattr(config, "stores_staged", False):
+    if getattr(config, "is_3x", False) and not config.builds_cutlass_tma_epilogue:
         return ABOUT_WITHOUT_TMA_EPILOGUE
     return ABOUT.get(getattr(config, "family", ""), "a few seconds")
 

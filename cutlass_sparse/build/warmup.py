@@ -20,8 +20,8 @@ from .cache import default_cache
 # the sm90 compressor 0.75 GB; an sm80 GEMM, a reduction or the staging copy under 0.4 GB.
 SM90_GEMM_BYTES = 5 << 30
 # an sm90 GEMM without CUTLASS's TMA epilogue (SparseGemmConfig.direct_store: 3.28-3.34 GB
-# measured in session 24; staged_store: 3.24 GB in session 38; docs/compile_time.md)
-SM90_DIRECT_STORE_BYTES = 4 << 30
+# measured in session 24; staged_store: 3.40 GB in session 38; docs/compile_time.md)
+SM90_WITHOUT_TMA_EPILOGUE_BYTES = 4 << 30
 COMPRESSOR_BYTES = 1 << 30
 SMALL_BYTES = 1 << 29
 
@@ -31,7 +31,7 @@ def compile_bytes(config) -> int:
     if isinstance(config, SparseGemmConfig):
         if not config.is_3x:
             return SMALL_BYTES
-        return SM90_DIRECT_STORE_BYTES if config.stores_directly or config.stores_staged else SM90_GEMM_BYTES
+        return SM90_GEMM_BYTES if config.builds_cutlass_tma_epilogue else SM90_WITHOUT_TMA_EPILOGUE_BYTES
     return COMPRESSOR_BYTES if isinstance(config, CompressorConfig) else SMALL_BYTES
 
 

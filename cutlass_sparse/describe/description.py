@@ -238,6 +238,12 @@ class SparseGemmConfig:
                 and self.alignment_c * dtypes.numpy_dtype(self.element_out).itemsize % 16 == 0
                 and self.threadblock[1] % 16 == 0 and self.threadblock[1] <= 256 and self.threadblock[0] <= 256)
 
+    @property
+    def builds_cutlass_tma_epilogue(self) -> bool:
+        """Whether the kernel instantiates CUTLASS's TMA epilogue (an sm90 kernel with neither
+        the direct nor the staged store): the heavier compile, in time and memory."""
+        return self.is_3x and not (self.stores_directly or self.stores_staged)
+
     # -- cutlass_library descriptions -------------------------------------------------
 
     @property
