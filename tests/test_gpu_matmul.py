@@ -66,11 +66,11 @@ def captured_and_replayed(call):
         stream.synchronize()
 
 
-def poisoned(shape, np_dtype):
+def poisoned(shape, np_dtype, order="C"):
     """An output buffer full of NaN: any element the kernel fails to write shows up."""
     cupy = cp()
     bits, view = NAN_BITS[dtypes.name_of(np_dtype)]
-    out = cupy.empty(shape, dtype=np_dtype)
+    out = cupy.empty(shape, dtype=np_dtype, order=order)
     out.view(view)[...] = bits
     assert bool(cupy.isnan(reference.to_float32(out)).all())
     return out
