@@ -1,9 +1,9 @@
-"""One sparse GEMM kernel configuration, as plain values and as cutlass_library descriptions.
+"""One sparse GEMM kernel configuration, as plain values.
 
 A SparseGemmConfig is what the catalog lists and selection picks: hashable, printable,
-its procedural name doubling as identity and C++ symbol. Its properties assemble the
-cutlass_library objects (MathInstruction, TileDescription, TensorDescriptions for
-A, E, B, C/D, epilogue and swizzle) that the emitter turns into C++.
+its procedural name doubling as identity and C++ symbol. Its cutlass_library objects
+(MathInstruction, TileDescription, TensorDescriptions for A, E, B, C/D, epilogue and
+swizzle), which the emitter turns into C++, come from cutlass_types.CutlassDescriptions.
 """
 from __future__ import annotations
 
@@ -13,28 +13,9 @@ import json
 import dataclasses
 from dataclasses import asdict, dataclass
 
-from cutlass_library.gemm_operation import GemmOperation
-from cutlass_library.library import (
-    DataType,
-    EpilogueFunctor,
-    EpilogueScheduleType,
-    KernelScheduleType,
-    GemmKind,
-    LayoutType,
-    MathInstruction,
-    MathOperation,
-    OpcodeClass,
-    SwizzlingFunctor,
-    TensorDescription,
-    TileDescription,
-)
-
 from . import dtypes
+from .cutlass_types import EPILOGUES, LAYOUTS, SCHEDULES, SWIZZLES, CutlassDescriptions
 
-LAYOUTS = {"row": LayoutType.RowMajor, "col": LayoutType.ColumnMajor}
-SWIZZLES = {1: SwizzlingFunctor.Identity1, 2: SwizzlingFunctor.Identity2,
-            4: SwizzlingFunctor.Identity4, 8: SwizzlingFunctor.Identity8}
-EPILOGUES = {"linear_combination": EpilogueFunctor.LinearCombination}
 # Activations applied after alpha * acc + beta * C: name -> CUTLASS's functor in
 # cutlass::epilogue::thread (2.x LinearCombinationGeneric, 3.x fusion LinCombEltAct).
 # leaky_relu takes its negative slope at run time.
@@ -43,15 +24,6 @@ ACTIVATIONS = {
     "gelu_tanh": "GELU_taylor", "silu": "SiLu", "sigmoid": "Sigmoid", "tanh": "Tanh", "hardswish": "HardSwish",
 }
 FAMILIES = ("sm80", "sm90")
-# sm90 warp-specialized schedules: (kernel schedule, epilogue schedule) in cutlass_library terms.
-SCHEDULES = {
-    "cooperative": (KernelScheduleType.TmaWarpSpecializedCooperative, EpilogueScheduleType.TmaWarpSpecializedCooperative),
-    "pingpong": (KernelScheduleType.TmaWarpSpecializedPingpong, EpilogueScheduleType.TmaWarpSpecialized),
-}
-FAST_ACCUM = {
-    KernelScheduleType.TmaWarpSpecializedCooperative: KernelScheduleType.TmaWarpSpecializedCooperativeFP8FastAccum,
-    KernelScheduleType.TmaWarpSpecializedPingpong: KernelScheduleType.TmaWarpSpecializedPingpongFP8FastAccum,
-}
 # sm90 epilogue scales (issue 15): "none", or "row_col": D = act(alpha * s_row[m] *
 # s_col[n] * acc + bias[m]) / out_scale with float32 vectors given at run time (each may be
 # absent).
@@ -79,7 +51,7 @@ STAGED_OUTPUTS = ("f16", "bf16")
 
 
 @dataclass(frozen=True)
-class SparseGemmConfig:
+class SparseGemmConfig(CutlassDescriptions):
     """D[M,N] = alpha * A[M,K] (2:4 sparse, row-major) @ B[K,N] + beta * C[M,N] (row-major, or
     column-major for sm90 with layout_c="col")."""
 
@@ -244,7 +216,7 @@ class SparseGemmConfig:
         the direct nor the staged store): the heavier compile, in time and memory."""
         return self.is_3x and not (self.stores_directly or self.stores_staged)
 
-    # -- cutlass_library descriptions -------------------------------------------------
+    # -- identity of the operands --------------------------------------------------
 
     @property
     def outputs_allowed(self) -> tuple[str, ...]:
@@ -254,74 +226,10 @@ class SparseGemmConfig:
     def is_3x(self) -> bool:
         return self.family == "sm90"
 
-    @functools.cached_property
-    def math_instruction(self) -> MathInstruction:
-        opcode = OpcodeClass.SparseTensorOp if self.is_3x else OpcodeClass.TensorOp
-        return MathInstruction(list(self.instruction), dtypes.data_type(self.element),
-                               dtypes.data_type(self.b_element), dtypes.data_type(self.accumulator),
-                               opcode, MathOperation.multiply_add_saturate if self.element == "s8"
-                               else MathOperation.multiply_add)
-
-    @functools.cached_property
-    def tile_description(self) -> TileDescription:
-        return TileDescription(list(self.threadblock), self.stages, list(self.warps),
-                               self.math_instruction, self.min_compute,
-                               self.min_compute if self.is_3x else 1024, list(self.cluster))
-
-    @property
-    def tensor_a(self) -> TensorDescription:
-        """The compressed values [M, K/2], row-major."""
-        return TensorDescription(dtypes.data_type(self.element), LayoutType.RowMajor, self.alignment_a)
-
-    @property
-    def tensor_e(self) -> TensorDescription:
-        """Metadata: 16-bit words, 2-bit indices, reordered into ColumnMajorInterleaved<2>."""
-        return TensorDescription(DataType.u16, LayoutType.ColumnMajorInterleaved2, 8)
-
     @property
     def b_element(self) -> str:
         """B's element type (x's): element_b, or A's."""
         return self.element_b or self.element
-
-    @property
-    def tensor_b(self) -> TensorDescription:
-        return TensorDescription(dtypes.data_type(self.b_element), LAYOUTS[self.layout_b], self.alignment_b)
-
-    @property
-    def tensor_c(self) -> TensorDescription:
-        return TensorDescription(dtypes.data_type(self.element_out), LAYOUTS[self.layout_c], self.alignment_c)
-
-    @property
-    def epilogue_functor(self) -> EpilogueFunctor:
-        return EPILOGUES[self.epilogue]
-
-    @property
-    def swizzling_functor(self) -> SwizzlingFunctor:
-        return SWIZZLES[self.swizzle]
-
-    @functools.cached_property
-    def operation(self) -> GemmOperation:
-        if self.is_3x:
-            kernel_schedule, epilogue_schedule = self.schedules
-            return GemmOperation(GemmKind.SparseUniversal3x, self.min_compute, self.tile_description,
-                                 self.tensor_a, self.tensor_b, self.tensor_c,
-                                 dtypes.data_type(self.accumulator), self.epilogue_functor,
-                                 SwizzlingFunctor.Identity1, kernel_schedule=kernel_schedule,
-                                 epilogue_schedule=epilogue_schedule)
-        return GemmOperation(GemmKind.Sparse, self.min_compute, self.tile_description,
-                             self.tensor_a, self.tensor_b, self.tensor_c,
-                             dtypes.data_type(self.accumulator), self.epilogue_functor,
-                             self.swizzling_functor)
-
-    @property
-    def schedules(self) -> tuple[KernelScheduleType, EpilogueScheduleType]:
-        """(kernel, epilogue) schedule of an sm90 configuration, fast accumulation applied."""
-        kernel_schedule, epilogue_schedule = SCHEDULES[self.schedule]
-        if self.fast_accum:
-            kernel_schedule = FAST_ACCUM[kernel_schedule]
-        if self.stores_directly:
-            epilogue_schedule = EpilogueScheduleType.NoSmemWarpSpecialized
-        return kernel_schedule, epilogue_schedule
 
     # -- identity ---------------------------------------------------------------------
 
