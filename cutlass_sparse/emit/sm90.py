@@ -287,9 +287,10 @@ def emit(config: SparseGemmConfig) -> Emitted:
         stage_search = substitute(STAGE_SEARCH, {**mainloop, "tile_scheduler": scheduler["tile_scheduler"]})
         stages = SEARCHED_STAGES
     snippets = _epilogue_snippets(config, setup)
+    fusion = snippets.pop("fusion")   # CUTLASS's epilogue's; the rest goes into the setup entry
     source = substitute(TEMPLATE, {
         "name": config.name,
-        "collective_epilogue": _collective_epilogue(config, mainloop["accumulator"], epilogue_schedule, snippets),
+        "collective_epilogue": _collective_epilogue(config, mainloop["accumulator"], epilogue_schedule, fusion),
         "gdc": GDC,
         "element": DataTypeTag[config.tensor_a.element],
         "element_b": DataTypeTag[config.tensor_b.element],
@@ -300,7 +301,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "stages": stages,
         "stage_search": stage_search,
         **scheduler,
-        **{k: v for k, v in snippets.items() if k != "fusion"},
+        **snippets,
         "setup_struct": setup.cpp(),
         "setup_name": setup.name,
         "sparse_config_decl": sparse_config_decl(DataTypeTag[config.tensor_a.element], config.atom_k),
@@ -313,7 +314,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
                    ("--device-int128",))
 
 
-def _collective_epilogue(config: SparseGemmConfig, accumulator: str, epilogue_schedule, snippets: dict) -> str:
+def _collective_epilogue(config: SparseGemmConfig, accumulator: str, epilogue_schedule, fusion: str) -> str:
     """The source defining CollectiveEpilogue: the staged store of our own, or CUTLASS's
     builder's epilogue."""
     if config.stores_staged:
@@ -332,7 +333,7 @@ def _collective_epilogue(config: SparseGemmConfig, accumulator: str, epilogue_sc
         "epilogue_tile": ("cutlass::epilogue::collective::EpilogueTileAuto" if not config.epilogue_tile else
                           "Shape<" + ", ".join(f"_{e}" for e in config.epilogue_tile) + ">"),
         "epilogue_schedule": EpilogueScheduleTag[epilogue_schedule],
-        "fusion": snippets["fusion"]})
+        "fusion": fusion})
 
 
 # Scaled kernels (issue 15: quantized weights) read two more pointers: float32 scales, one
