@@ -37,7 +37,7 @@ SHAPES = {"default": (4096, 4096, 4096), "decode": (4096, 16, 4096)}
 
 
 def config_for(spec: str, element: str = "f16", activation: str = "identity", scheduler: str | None = None,
-               with_c: bool = False, cutlass_epilogue: bool = False):
+               with_c: bool = False, cutlass_epilogue: bool = False, lean: bool | None = None):
     import dataclasses
 
     from cutlass_sparse.describe import selection
@@ -52,6 +52,8 @@ def config_for(spec: str, element: str = "f16", activation: str = "identity", sc
         changes["reads_c"] = True
     if cutlass_epilogue:   # CUTLASS's TMA epilogue where the catalog takes our staged store (session 38)
         changes["staged_store"] = False
+    if lean is not None:   # our mainloop producer and consumers, or CUTLASS's (session 39)
+        changes["lean_mainloop"] = lean
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -130,6 +132,11 @@ def main() -> None:
     p.add_argument("--with-c", action="store_true", help="the kernel with C in its epilogue (for a bias or beta)")
     p.add_argument("--cutlass-epilogue", action="store_true",
                    help="CUTLASS's TMA epilogue in place of the staged store the catalog takes")
+    mainloop = p.add_mutually_exclusive_group()
+    mainloop.add_argument("--lean", dest="lean", action="store_const", const=True,
+                          help="our own mainloop producer and consumers (emit/sm90_lean_mainloop.py)")
+    mainloop.add_argument("--cutlass-mainloop", dest="lean", action="store_const", const=False,
+                          help="CUTLASS's mainloop where the catalog takes our own")
     p.add_argument("--time", action="store_true", help="NVRTC -time: phase CSV")
     p.add_argument("--trace", action="store_true", help="NVRTC -fdevice-time-trace: summarized JSON")
     p.add_argument("--dump", help="write the emitted source here and stop")
@@ -146,7 +153,7 @@ def main() -> None:
     from cutlass_sparse.build import compiler
     from cutlass_sparse.emit.registry import emit
     config = config_for(args.shape, args.element, args.activation, args.scheduler, args.with_c,
-                        args.cutlass_epilogue)
+                        args.cutlass_epilogue, args.lean)
     emitted = emit(config)
     if args.dump:
         Path(args.dump).write_text(emitted.source)

@@ -237,7 +237,8 @@ def test_a_biased_linear_runs_the_eager_path(case):
     act = {"relu": torch.relu, "silu": torch.nn.functional.silu}[activation]
     info = {}
     cs.linear(x, sw, bias=torch.zeros(features, device="cuda", dtype=dtype), activation=activation, info=info)
-    assert info["config"].endswith((f"_{activation}_scaled_noc", f"_{activation}_scaled_inflight_noc"))
+    assert info["config"].endswith((f"_{activation}_scaled_noc", f"_{activation}_scaled_inflight_noc",
+                                    f"_{activation}_scaled_inflight_lean_noc"))
     biases = [torch.randn(features, device="cuda", generator=g).to(dtype) for _ in range(3)]
     for i, b in enumerate(biases):
         y = cs.linear(x, sw, bias=b, activation=activation)

@@ -22,11 +22,11 @@ def test_a_kernel_in_flight_is_its_own_kernel_and_its_name_finds_it():
     drained, in_flight = _pick(), _pick(mma_in_flight=True)
     assert in_flight == selection.config_for_shape(
         4096, 4096, 4096, "f16", "f16", "row", 132, "sm90").as_compiled()   # the catalog's choice
-    assert in_flight.name == drained.name[:-len("_noc")] + "_inflight_noc"
+    assert in_flight.name == drained.name[:-len("_lean_noc")] + "_inflight_lean_noc"   # our mainloop, both
     assert in_flight.key != drained.key
     assert catalog.find(in_flight.name) == in_flight
     subtile = dataclasses.replace(in_flight, epilogue_tile=(128, 64))
-    assert subtile.name.endswith("_epi128x64_inflight_noc") and catalog.find(subtile.name) == subtile
+    assert subtile.name.endswith("_epi128x64_inflight_lean_noc") and catalog.find(subtile.name) == subtile
     # descriptions stored before the field existed load as drained kernels
     stored = drained.to_json()
     del stored["mma_in_flight"]
@@ -69,7 +69,7 @@ def test_a_catalog_turns_it_on_per_tile():
     on, off = family.tiles[:2]
     family = dataclasses.replace(family, in_flight=(on,))
     config = family.config(on, "f16", "f16", "row", 8, 8, reads_c=False)
-    assert config.mma_in_flight and config.name.endswith("_inflight_noc")
+    assert config.mma_in_flight and config.name.endswith(("_inflight_noc", "_inflight_lean_noc"))
     assert not family.config(off, "f16", "f16", "row", 8, 8).mma_in_flight
 
 

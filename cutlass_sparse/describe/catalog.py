@@ -69,6 +69,10 @@ class Family:
     # (SparseGemmConfig.staged_store; catalog key staged_store): where the sweeps measured
     # it level with CUTLASS's (it compiles in about 40% less time and memory)
     staged_store: tuple[tuple, ...] = ()
+    # tiles whose kernels take our own mainloop producer and consumers where they apply
+    # (SparseGemmConfig.lean_mainloop; catalog key lean_mainloop): where the sweeps measured
+    # it level with CUTLASS's (it compiles in about a third less time and memory)
+    lean_mainloop: tuple[tuple, ...] = ()
     # (tile, producer registers) for tiles whose kernels split the registers their own way
     # (SparseGemmConfig.load_registers; catalog key load_registers): the stream-K tiles, whose
     # producer spilled at CUTLASS's 40
@@ -83,6 +87,7 @@ class Family:
         configuration of the tile, the profiler's candidates included, takes them."""
         return {"epilogue_tile": self.subtile(tile), "mma_in_flight": tile in self.in_flight,
                 "direct_store": tile in self.direct_store, "staged_store": tile in self.staged_store,
+                "lean_mainloop": tile in self.lean_mainloop,
                 "load_registers": next((r for limited, r in self.registers if limited == tile), 0)}
 
     def takes_n(self, tile, n: int) -> bool:
@@ -212,6 +217,7 @@ def load(family: str) -> Family:
         in_flight=tuple(tile(t) for t in data["tile"] if _flag(t, "mma_in_flight", path)),
         direct_store=tuple(tile(t) for t in data["tile"] if _flag(t, "direct_store", path)),
         staged_store=tuple(tile(t) for t in data["tile"] if _flag(t, "staged_store", path)),
+        lean_mainloop=tuple(tile(t) for t in data["tile"] if _flag(t, "lean_mainloop", path)),
         registers=tuple((tile(t), _load_registers(t, path)) for t in data["tile"] if "load_registers" in t),
     )
 
@@ -224,8 +230,8 @@ def _same_store(name: str) -> str:
 
 
 # What a name adds after a catalog configuration's own: an epilogue subtile, wgmma in
-# flight, the producer's registers, no C
-_SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_inflight)?(?:_ld(\d+))?(_noc)?$")
+# flight, the producer's registers, our own mainloop, no C
+_SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_inflight)?(?:_ld(\d+))?(_lean)?(_noc)?$")
 
 
 @functools.lru_cache(maxsize=1024)   # a walk over every catalog (tens of ms); configurations are frozen
@@ -237,7 +243,8 @@ def find(name: str, family: str | None = None) -> SparseGemmConfig:
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
     suffixes = _SUFFIXES.search(name)   # the name says both what it adds
     base = name[:suffixes.start()]
-    changes = {"reads_c": suffixes[5] is None, "mma_in_flight": suffixes[3] is not None,
+    changes = {"reads_c": suffixes[6] is None, "mma_in_flight": suffixes[3] is not None,
+               "lean_mainloop": suffixes[5] is not None,
                "epilogue_tile": (int(suffixes[1]), int(suffixes[2])) if suffixes[1] else (),
                "load_registers": int(suffixes[4] or 0)}
     for fam in names:

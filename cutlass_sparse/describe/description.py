@@ -48,6 +48,8 @@ HEAVY_ACCUMULATORS = 208
 # D's types the staged epilogue writes (SparseGemmConfig.stores_staged): alpha * acc rounded
 # to a 16-bit float, which stmatrix writes; float32 and int32 D stay CUTLASS's epilogue's.
 STAGED_OUTPUTS = ("f16", "bf16")
+# Inputs LeanMainloop reads (emit.sm90_lean_mainloop): 16-bit A, whose metadata map is wgmma.sp k32's.
+LEAN_INPUTS = ("f16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,11 @@ class SparseGemmConfig(CutlassDescriptions):
     # memory (docs/compile_time.md, session 38). A wish, like direct_store: taken by the
     # kernels it serves (stores_staged).
     staged_store: bool = False
+    # sm90: the mainloop's producer and consumers are our own (emit.sm90_lean_mainloop: the
+    # same TMA and wgmma.sp instructions as CUTLASS's, without CuTe's partitioning algebra,
+    # which is about a third of the kernel's compile time and memory). A wish, like
+    # staged_store: taken where it applies (takes_lean_mainloop).
+    lean_mainloop: bool = False
     # sm90: the tile scheduler's raster order (RASTERS); run-time, shared by one binary.
     raster: int = 0
     # sm90 cooperative: registers the producer (TMA) warp group keeps after setmaxnreg (0:
@@ -211,6 +218,15 @@ class SparseGemmConfig(CutlassDescriptions):
                 and self.threadblock[1] % 16 == 0 and self.threadblock[1] <= 256 and self.threadblock[0] <= 256)
 
     @property
+    def takes_lean_mainloop(self) -> bool:
+        """Whether the kernel's mainloop is LeanMainloop: asked, sm90, 16-bit A and B (its
+        metadata map is wgmma.sp k32's), and a tile whose TMA boxes
+        emit.sm90_lean_mainloop.boxes derives as CuTe does (scripts/lean_mainloop_oracle.py
+        checks every catalog tile that takes it against CUTLASS's own producer and consumer)."""
+        return (self.lean_mainloop and self.family == "sm90" and self.element in LEAN_INPUTS
+                and self.b_element == self.element)
+
+    @property
     def builds_cutlass_tma_epilogue(self) -> bool:
         """Whether the kernel instantiates CUTLASS's TMA epilogue (an sm90 kernel with neither
         the direct nor the staged store): the heavier compile, in time and memory."""
@@ -251,6 +267,8 @@ class SparseGemmConfig(CutlassDescriptions):
             name += "_inflight"
         if self.load_registers:
             name += f"_ld{self.load_registers}"
+        if self.takes_lean_mainloop:
+            name += "_lean"
         if not self.reads_c:
             name += "_noc"
         if self.stores_staged:   # CUTLASS's name says which of its epilogues; ours is neither
@@ -263,9 +281,10 @@ class SparseGemmConfig(CutlassDescriptions):
         fields = asdict(self)
         fields["direct_store"] = self.stores_directly   # a wish the epilogue refuses changes nothing
         fields["staged_store"] = self.stores_staged
+        fields["lean_mainloop"] = self.takes_lean_mainloop
         for field, default in (("scales", "none"), ("fast_accum", False), ("element_b", ""), ("reads_c", True),
                                ("epilogue_tile", ()), ("mma_in_flight", False), ("direct_store", False),
-                               ("staged_store", False),
+                               ("staged_store", False), ("lean_mainloop", False),
                                ("raster", 0), ("load_registers", 0)):
             if fields[field] == default:   # keys made before the field existed stay valid
                 del fields[field]
@@ -278,7 +297,8 @@ class SparseGemmConfig(CutlassDescriptions):
         in a direct_store or staged_store wish not taken) share one kernel."""
         # the direct and staged stores as taken, not as asked: one kernel, one configuration
         return dataclasses.replace(self, swizzle=1, raster=0, direct_store=self.stores_directly,
-                                   staged_store=self.stores_staged) if self.is_3x else self
+                                   staged_store=self.stores_staged,
+                                   lean_mainloop=self.takes_lean_mainloop) if self.is_3x else self
 
     @property
     def atom_k(self) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from cutlass_library.library import DataTypeTag, EpilogueScheduleTag, KernelScheduleTag, LayoutTag
 
-from . import arguments, epilogue, nvrtc_headers, sm90_scheduler, sm90_staged_epilogue
+from . import arguments, epilogue, nvrtc_headers, sm90_lean_mainloop, sm90_scheduler, sm90_staged_epilogue
 from ..describe.description import SparseGemmConfig
 from .emitted import Emitted
 from .template import substitute
@@ -87,6 +87,15 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     ElementC, ${layout_c}, ${alignment_c},
     ${epilogue_schedule}, ${fusion}>::CollectiveOp;"""
 
+BUILT_MAINLOOP = """\
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
+    ElementA, cutlass::layout::RowMajor, ${alignment_a},
+    ElementB, ${layout_b}, ${alignment_b},
+    ${accumulator}, TileShape, ClusterShape,
+    ${stages},
+    ${kernel_schedule}>::CollectiveOp;"""
+
 TEMPLATE = """\
 // ${name}
 // Emitted by cutlass_sparse: 2:4 sparse GEMM, CUTLASS 3.x (wgmma.sp + TMA), family sm90.
@@ -110,13 +119,7 @@ using ClusterShape = Shape<_${cm}, _${cn}, _${ck}>;
 
 ${collective_epilogue}${stage_search}
 
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
-    ElementA, cutlass::layout::RowMajor, ${alignment_a},
-    ElementB, ${layout_b}, ${alignment_b},
-    ${accumulator}, TileShape, ClusterShape,
-    ${stages},
-    ${kernel_schedule}>::CollectiveOp;
+${collective_mainloop}
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, ${tile_scheduler}>;
@@ -295,10 +298,10 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "element": DataTypeTag[config.tensor_a.element],
         "element_b": DataTypeTag[config.tensor_b.element],
         "element_c": DataTypeTag[config.tensor_c.element],
-        **mainloop,
         "tm": config.threadblock[0], "tn": config.threadblock[1], "tk": config.threadblock[2],
         "cm": config.cluster[0], "cn": config.cluster[1], "ck": config.cluster[2],
-        "stages": stages,
+        "collective_mainloop": (sm90_lean_mainloop.collective(config, mainloop, stages) if config.takes_lean_mainloop
+                                else substitute(BUILT_MAINLOOP, {**mainloop, "stages": stages})),
         "stage_search": stage_search,
         **scheduler,
         **snippets,

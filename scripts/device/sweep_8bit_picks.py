@@ -125,13 +125,17 @@ ROUND20_SHAPES = [(8448, 8192, 8192), (8448, 16384, 4096), (11008, 16384, 4096),
 # A B A B, at the bench's large and 512-token rows and the tall tile's
 ROUND21_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (28672, 4096, 8192), (4096, 4096, 14336),
                   (4096, 512, 4096), (14336, 512, 4096), (6144, 512, 4096), (16384, 16384, 16384)]
+# `--round 22` (f16, bf16): the library's pick with CUTLASS's mainloop against the same kernel
+# with our own producer and consumers (SparseGemmConfig.lean_mainloop: about a third less
+# compile time and memory), A B A B, at round 21's rows and the decode and 128-token rows
+ROUND22_SHAPES = ROUND21_SHAPES + [(4096, 16, 4096), (14336, 64, 4096), (4096, 128, 4096), (28672, 16, 8192)]
 # Rounds that time the library's pick without and with one field set, A B A B: (field, shapes)
 AB_ROUNDS = {9: ("mma_in_flight", ROUND9_SHAPES), 10: ("mma_in_flight", ROUND10_SHAPES),
              12: ("direct_store", ROUND12_SHAPES), 13: ("direct_store", ROUND13_SHAPES),
              14: ("narrow", ROUND14_SHAPES), 15: ("tall", ROUND15_SHAPES), 16: ("taller", ROUND16_SHAPES),
              17: ("tall_drained", ROUND17_SHAPES), 18: ("tall_drained", ROUND18_SHAPES),
              19: ("tall_drained", ROUND19_SHAPES), 20: ("raster", ROUND20_SHAPES),
-             21: ("staged_store", ROUND21_SHAPES)}
+             21: ("staged_store", ROUND21_SHAPES), 22: ("lean_mainloop", ROUND22_SHAPES)}
 
 
 def ab_variant(config, field: str, on: bool):
@@ -300,7 +304,7 @@ def main():
     parser.add_argument("dtypes", nargs="*", default=["s8", "e4m3"])
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21],
+    parser.add_argument("--round", type=int, default=1, choices=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22],
                         help="1: the n >= 512 rows of the bench; 2: ROUND2's rows; 3: ROUND3's tiles at ROUND3_SHAPES; "
                              "4: ROUND4's at ROUND4_SHAPES; 5: swizzles at ROUND5_SHAPES; 6: ROUND4's at ROUND6_SHAPES; "
                              "7: swizzles at ROUND7_SHAPES; 8: ROUND8's epilogue subtiles at ROUND7_SHAPES; "
@@ -311,7 +315,8 @@ def main():
                              "256x192x64 drained and 256x160x64 at ROUND16_SHAPES; 17: the 16-bit pick and "
                              "256x192x64 drained at ROUND17_SHAPES; 18, 19: the same at ROUND18_SHAPES, ROUND19_SHAPES; "
                              "20: the pick along N and along M at ROUND20_SHAPES; 21: the 16-bit pick with the TMA "
-                             "epilogue and the staged store at ROUND21_SHAPES")
+                             "epilogue and the staged store at ROUND21_SHAPES; 22: the 16-bit pick with CUTLASS's "
+                             "mainloop and our own at ROUND22_SHAPES")
     args = parser.parse_args()
     if args.compile_only:
         items = [(c, "sm_90a") for d in args.dtypes for c in configs(d, args.round)]
