@@ -122,7 +122,9 @@ int main() {
       Tensor values = tEsE(_, mm, kb, s);
       for (int v = 0; v < int(size(values)); ++v) {
         int const theirs = int((char*)raw_pointer_cast(&values(v)) - base);
-        int const ours = s * StageBytes + Lean::metadata_offset(thread, mm) + 4 * kb + v / Sparsity;
+        // as the kernel reads it: Run k-blocks' words in one vector from the first one's offset
+        constexpr int Run = Lean::template metadata_run<decltype(size<2>(tErE))::value>();
+        int const ours = s * StageBytes + Lean::metadata_offset(thread, mm, kb / Run * Run) + 4 * (kb % Run) + v / Sparsity;
         ++checked;
         if (theirs != ours && wrong++ < 5) {
           printf("METADATA thread %d stage %d atom %d k-block %d value %d: CUTLASS byte %d, ours %d\n",

@@ -152,15 +152,31 @@ struct LeanMainloop : Base {
     }
   }
 
-  // This consumer thread's metadata for the wgmma atom atom_m along M: the byte offset, in a
-  // stage's metadata, of its 32-bit word of k-block 0 (k-block kb's lies 4 * kb bytes on:
-  // static_asserts in mma). wgmma.sp's map for a 16-bit A (CuTe's GMMA::ELayout_64x32):
-  // thread t of a warp group holds rows t/4 % 8 + 16 * (t/32) and 8 rows on, 16 K-columns
-  // from 16 * (t % 2); warp groups, then atoms, stack along M in 64 rows.
-  CUTLASS_HOST_DEVICE static int metadata_offset(int thread_idx, int atom_m) {
+  // This consumer thread's metadata word for the wgmma atom atom_m along M and k-block
+  // k_block: its byte offset in a stage's metadata. wgmma.sp's map for a 16-bit A (CuTe's
+  // GMMA::ELayout_64x32): thread t of a warp group holds rows t/4 % 8 + 16 * (t/32) and 8
+  // rows on, 16 K-columns from 16 * (t % 2) of each 32-column k-block, 4 bytes (static_assert
+  // in mma); warp groups, then atoms, stack along M in 64 rows.
+  CUTLASS_HOST_DEVICE static int metadata_offset(int thread_idx, int atom_m, int k_block) {
     int const t = thread_idx % 128;
     int const row = 64 * (thread_idx / 128) + 64 * WarpGroups * atom_m + 16 * (t / 32) + (t / 4) % 8;
-    return int(SmemLayoutE{}.layout_b()(row, 16 * (t % 2), 0)) / ElementEMma::sparsity;
+    return int(SmemLayoutE{}.layout_b()(row, 32 * k_block + 16 * (t % 2), 0)) / ElementEMma::sparsity;
+  }
+
+  // How many k-blocks' words lie side by side (a power of two, at most 4: one 16-byte read).
+  template <int KBlocks>
+  static constexpr int metadata_run() {
+    constexpr auto layout_e = SmemLayoutE{}.layout_b();
+    int run = 1;
+    while (run < 4 && 2 * run <= KBlocks && KBlocks % (2 * run) == 0) {
+      for (int kb = run; kb < 2 * run; ++kb) {
+        if (int(layout_e(0, 32 * kb, 0)) - int(layout_e(0, 0, 0)) != 4 * kb * ElementEMma::sparsity) {
+          return run;
+        }
+      }
+      run *= 2;
+    }
+    return run;
   }
 
   template <class Accumulators, size_t... I>
@@ -180,9 +196,8 @@ struct LeanMainloop : Base {
     constexpr auto layout_e = SmemLayoutE{}.layout_b();
     constexpr int Sparsity = ElementEMma::sparsity;
     static_assert(int(layout_e(8, 0, 0)) - int(layout_e(0, 0, 0)) == 2 * Sparsity &&
-                  int(layout_e(0, 8, 0)) - int(layout_e(0, 0, 0)) == Sparsity &&
-                  int(layout_e(0, 32, 0)) - int(layout_e(0, 0, 0)) == 4 * Sparsity,
-                  "a thread's metadata: one 32-bit word a k-block, the next k-block's right after");
+                  int(layout_e(0, 8, 0)) - int(layout_e(0, 0, 0)) == Sparsity,
+                  "a thread's metadata of a k-block: one 32-bit word (rows r and r + 8, 16 columns)");
     constexpr int StageBytes = int(layout_e(0, 0, 1)) / Sparsity;
 
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.begin()), SmemLayoutA{});
@@ -198,15 +213,21 @@ struct LeanMainloop : Base {
     constexpr int Registers = int(size<0>(FrgTensorC{}));
 
     unsigned char const* metadata = reinterpret_cast<unsigned char const*>(raw_pointer_cast(smem.smem_E.begin()));
-    int offsets[AtomsM];
+    // Words of Run k-blocks side by side are read in one vector (CUTLASS's copy vectorizes too).
+    constexpr int Run = metadata_run<KBlocks>();
+    using Vector = cute::conditional_t<Run == 4, uint4, cute::conditional_t<Run == 2, uint2, uint32_t>>;
+    int offsets[AtomsM][KBlocks / Run];
     CUTLASS_PRAGMA_UNROLL
     for (int mm = 0; mm < AtomsM; ++mm) {
-      offsets[mm] = metadata_offset(thread_idx, mm);
+      CUTLASS_PRAGMA_UNROLL
+      for (int g = 0; g < KBlocks / Run; ++g) {
+        offsets[mm][g] = metadata_offset(thread_idx, mm, g * Run);
+      }
     }
     // In flight, two fragments of metadata words: one k-tile's wgmmas read one while the next
     // k-tile's words load into the other (registers cannot be indexed at run time, hence two
     // k-tiles a trip, as in the in-flight patch).
-    uint32_t words[1 + Base::K_PIPE_MMAS][AtomsM][KBlocks];
+    Vector words[1 + Base::K_PIPE_MMAS][AtomsM][KBlocks / Run];
     PipelineState release_state = read_state;
     GMMA::ScaleOut scale = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
@@ -218,8 +239,8 @@ struct LeanMainloop : Base {
       CUTLASS_PRAGMA_UNROLL
       for (int mm = 0; mm < AtomsM; ++mm) {
         CUTLASS_PRAGMA_UNROLL
-        for (int kb = 0; kb < KBlocks; ++kb) {
-          words[F][mm][kb] = *reinterpret_cast<uint32_t const*>(metadata + stage * StageBytes + offsets[mm] + 4 * kb);
+        for (int g = 0; g < KBlocks / Run; ++g) {
+          words[F][mm][g] = *reinterpret_cast<Vector const*>(metadata + stage * StageBytes + offsets[mm][g]);
         }
       }
       warpgroup_fence_operand(accum);
@@ -228,7 +249,8 @@ struct LeanMainloop : Base {
       for (int kb = 0; kb < KBlocks; ++kb) {
         CUTLASS_PRAGMA_UNROLL
         for (int mm = 0; mm < AtomsM; ++mm) {
-          wgmma(tCrA(0, mm, kb, stage).desc_, tCrB(0, 0, kb, stage).desc_, accum(_, mm, 0), words[F][mm][kb], scale,
+          uint32_t const word = reinterpret_cast<uint32_t const*>(&words[F][mm][kb / Run])[kb % Run];
+          wgmma(tCrA(0, mm, kb, stage).desc_, tCrB(0, 0, kb, stage).desc_, accum(_, mm, 0), word, scale,
                 cute::make_index_sequence<Registers>{});
         }
         scale = GMMA::ScaleOut::One;
