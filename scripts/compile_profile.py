@@ -5,6 +5,7 @@
     PYTHONPATH=$PWD python scripts/compile_profile.py 4096x512x4096 -o -Ofast-compile=max
     PYTHONPATH=$PWD python scripts/compile_profile.py default --dump k.cu   # source only
     PYTHONPATH=$PWD python scripts/compile_profile.py default --source k.cu # edited source
+    PYTHONPATH=$PWD python scripts/compile_profile.py default --cutlass-mainloop  # before session 39
 
 The kernel is the one matmul would pick (describe.selection.config_for_shape, sm_count
 132), emitted by the package's own emitter with its own options and patched headers.

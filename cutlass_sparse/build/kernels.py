@@ -194,14 +194,18 @@ def _holds(entry, config, arch: str) -> bool:
 # Hopper family's CUTLASS 3.x kernels are template-heavy, the others small; an sm90 GEMM
 # without CUTLASS's TMA epilogue (the direct or the staged store) less so.
 ABOUT = {"sm90": "1-2 minutes and about 5 GB of memory", "sm90_compressor": "15-30 seconds"}
+# an sm90 GEMM without one of CUTLASS's two heaviest pieces (its TMA epilogue; its mainloop's
+# producer and consumers: SparseGemmConfig.lean_mainloop), and without both
 ABOUT_WITHOUT_TMA_EPILOGUE = "30-60 seconds and about 3.5 GB of memory"
+ABOUT_LEAN = "20-45 seconds and about 2.5 GB of memory"
 _said_once = threading.Event()
 
 
 def compile_estimate(config) -> str:
     """About how long (and how much memory) compiling this kernel takes, for messages."""
-    if getattr(config, "is_3x", False) and not config.builds_cutlass_tma_epilogue:
-        return ABOUT_WITHOUT_TMA_EPILOGUE
+    if getattr(config, "is_3x", False):
+        lighter = (not config.builds_cutlass_tma_epilogue) + config.takes_lean_mainloop
+        return (ABOUT["sm90"], ABOUT_WITHOUT_TMA_EPILOGUE, ABOUT_LEAN)[lighter]
     return ABOUT.get(getattr(config, "family", ""), "a few seconds")
 
 

@@ -20,8 +20,11 @@ from .cache import default_cache
 # the sm90 compressor 0.75 GB; an sm80 GEMM, a reduction or the staging copy under 0.4 GB.
 SM90_GEMM_BYTES = 5 << 30
 # an sm90 GEMM without CUTLASS's TMA epilogue (SparseGemmConfig.direct_store: 3.28-3.34 GB
-# measured in session 24; staged_store: 3.40 GB in session 38; docs/compile_time.md)
+# measured in session 24; staged_store: 3.40 GB in session 38; docs/compile_time.md), or
+# without its mainloop's producer and consumers (lean_mainloop); and without both (2.29-2.46
+# GB in session 39)
 SM90_WITHOUT_TMA_EPILOGUE_BYTES = 4 << 30
+SM90_LEAN_BYTES = 3 << 30
 COMPRESSOR_BYTES = 1 << 30
 SMALL_BYTES = 1 << 29
 
@@ -31,7 +34,8 @@ def compile_bytes(config) -> int:
     if isinstance(config, SparseGemmConfig):
         if not config.is_3x:
             return SMALL_BYTES
-        return SM90_GEMM_BYTES if config.builds_cutlass_tma_epilogue else SM90_WITHOUT_TMA_EPILOGUE_BYTES
+        lighter = (not config.builds_cutlass_tma_epilogue) + config.takes_lean_mainloop
+        return (SM90_GEMM_BYTES, SM90_WITHOUT_TMA_EPILOGUE_BYTES, SM90_LEAN_BYTES)[lighter]
     return COMPRESSOR_BYTES if isinstance(config, CompressorConfig) else SMALL_BYTES
 
 

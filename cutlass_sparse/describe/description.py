@@ -176,6 +176,8 @@ class SparseGemmConfig(CutlassDescriptions):
              f"direct_store: family sm90 only (CUTLASS 3.x's epilogues), not {self.family}"),
             (not self.staged_store or self.family == "sm90",
              f"staged_store: family sm90 only (it replaces a CUTLASS 3.x epilogue), not {self.family}"),
+            (not self.lean_mainloop or self.family == "sm90",
+             f"lean_mainloop: family sm90 only (it replaces a CUTLASS 3.x mainloop's), not {self.family}"),
             (self.load_registers in LOAD_REGISTERS,
              f"load_registers {self.load_registers} must be one of {LOAD_REGISTERS} (0: CUTLASS's 40)"),
             (self.load_registers == 0 or (self.schedule == "cooperative"

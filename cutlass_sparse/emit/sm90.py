@@ -88,7 +88,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     ${epilogue_schedule}, ${fusion}>::CollectiveOp;"""
 
 BUILT_MAINLOOP = """\
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+using ${mainloop_type} = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
     ElementA, cutlass::layout::RowMajor, ${alignment_a},
     ElementB, ${layout_b}, ${alignment_b},
@@ -300,8 +300,7 @@ def emit(config: SparseGemmConfig) -> Emitted:
         "element_c": DataTypeTag[config.tensor_c.element],
         "tm": config.threadblock[0], "tn": config.threadblock[1], "tk": config.threadblock[2],
         "cm": config.cluster[0], "cn": config.cluster[1], "ck": config.cluster[2],
-        "collective_mainloop": (sm90_lean_mainloop.collective(config, mainloop, stages) if config.takes_lean_mainloop
-                                else substitute(BUILT_MAINLOOP, {**mainloop, "stages": stages})),
+        "collective_mainloop": _collective_mainloop(config, mainloop, stages),
         "stage_search": stage_search,
         **scheduler,
         **snippets,
@@ -315,6 +314,15 @@ def emit(config: SparseGemmConfig) -> Emitted:
                        config.mma_in_flight, (config.load_registers, config.consumer_registers) if config.load_registers else None,
                        config.tile_scheduler == "streamk"),
                    ("--device-int128",))
+
+
+def _collective_mainloop(config: SparseGemmConfig, mainloop: dict, stages: str) -> str:
+    """The source defining CollectiveMainloop: CUTLASS's builder's, or that wrapped in our own
+    producer and consumers (emit.sm90_lean_mainloop)."""
+    if not config.takes_lean_mainloop:
+        return substitute(BUILT_MAINLOOP, {**mainloop, "stages": stages, "mainloop_type": "CollectiveMainloop"})
+    built = substitute(BUILT_MAINLOOP, {**mainloop, "stages": stages, "mainloop_type": "BuiltMainloop"})
+    return f"{sm90_lean_mainloop.LEAN_MAINLOOP}\n{built}\n{sm90_lean_mainloop.wrapped(config, 'BuiltMainloop')}"
 
 
 def _collective_epilogue(config: SparseGemmConfig, accumulator: str, epilogue_schedule, fusion: str) -> str:
