@@ -49,13 +49,16 @@ def test_an_sm90_compile_says_what_it_will_take(tmp_path, caplog, monkeypatch):
     default = selection.config_for_shape(4096, 4096, 4096, "f16", "f16", "row", 132, "sm90")   # the staged store
     decode = selection.config_for_shape(4096, 16, 4096, "f16", "f16", "row", 132, "sm90")   # stores D directly
     with_c = dataclasses.replace(default, reads_c=True)   # CUTLASS's TMA epilogue
+    cutlass_both = dataclasses.replace(with_c, lean_mainloop=False)   # and CUTLASS's mainloop
     with caplog.at_level(logging.INFO, logger="cutlass_sparse"):
-        for config in (with_c, default, decode):
+        for config in (cutlass_both, with_c, default, decode):
             kernels._say_compiling(config, "sm_90a", cache)
     lines = [r.getMessage() for r in caplog.records if r.name == "cutlass_sparse"]
     assert "(about 1-2 minutes and about 5 GB of memory;" in lines[0]
-    assert all("(about 30-60 seconds and about 3.5 GB of memory;" in line for line in lines[1:])
+    assert "(about 30-60 seconds and about 3.5 GB of memory;" in lines[1]
+    assert all("(about 20-45 seconds and about 2.5 GB of memory;" in line for line in lines[2:])
     assert default.stores_staged and decode.stores_directly
+    assert all(c.takes_lean_mainloop for c in (with_c, default, decode))
 
 
 # What ptxas wrote for the 256x192x64 tile in flight (session 27), between two ordinary lines.

@@ -66,7 +66,7 @@ def test_an_sm80_kernel_cannot_take_it():
 def test_the_catalog_asks_for_it_on_the_decode_tile_it_was_measured_ahead_on():
     decode = _pick(4096, 16, 4096)
     assert decode.threadblock == (64, 16, 256) and decode.cluster == (4, 1, 1)
-    assert decode.stores_directly and decode.name.endswith("_pingpong_epi_nosmem_inflight_noc")
+    assert decode.stores_directly and decode.name.endswith("_pingpong_epi_nosmem_inflight_lean_noc")
     assert not _pick(8192, 16, 28672).stores_directly   # the 1x1-cluster decode tile lost with it
     assert not _pick().stores_directly and not _pick(4096, 64, 14336).stores_directly
     # a call with C (or another epilogue) runs the same tile with the TMA store

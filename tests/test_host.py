@@ -148,18 +148,21 @@ def node(monkeypatch):
 
 
 def test_warmup_jobs_follow_the_heaviest_compile_and_the_memory(node):
-    # with C: CUTLASS's TMA epilogue (without C the catalog's tiles store D directly or
-    # through the staged epilogue, which compile in less memory)
+    # with C and CUTLASS's mainloop: CUTLASS's TMA epilogue and mainloop (without C the
+    # catalog's tiles store D directly or through the staged epilogue, and every 16-bit tile
+    # takes our own mainloop, which compile in less memory)
     sm90 = [(dataclasses.replace(selection.config_for_shape(4096, n, 4096, "f16", "f16", "row", 132, "sm90"),
-                                 reads_c=True), "sm_90a") for n in (16, 512, 4096)] * 20
+                                 reads_c=True, lean_mainloop=False), "sm_90a") for n in (16, 512, 4096)] * 20
     sm80 = [(selection.config_for_shape(4096, n, 4096, "f16", "f16", "row", 108, "sm80"), "sm_80")
             for n in (16, 512, 4096)] * 20
     assert warmup.jobs_for(sm90) == 3                 # 16 GiB / 5 GiB per sm90 GEMM
     assert warmup.jobs_for(sm80) == 32                # 16 GiB / 0.5 GiB
     assert warmup.jobs_for(sm80 + sm90[2:3]) == 3     # the heaviest kernel sets the share
     decode, staged = (selection.config_for_shape(4096, n, 4096, "f16", "f16", "row", 132, "sm90") for n in (16, 4096))
-    assert decode.stores_directly and staged.stores_staged   # kernels without C, without CUTLASS's TMA epilogue:
-    assert warmup.jobs_for(sm80 + [(decode, "sm_90a"), (staged, "sm_90a")]) == 4      # 16 GiB / 4 GiB
+    assert decode.stores_directly and staged.stores_staged   # kernels without C, without CUTLASS's TMA epilogue
+    assert warmup.jobs_for(sm80 + [(decode, "sm_90a"), (staged, "sm_90a")]) == 5      # and mainloop: 16 GiB / 3 GiB
+    with_c = dataclasses.replace(staged, reads_c=True)   # CUTLASS's TMA epilogue, our mainloop
+    assert warmup.jobs_for(sm80 + [(with_c, "sm_90a")]) == 4                           # 16 GiB / 4 GiB
     assert warmup.jobs_for([CompressorConfig("e4m3"), LineCopyConfig()]) == 2   # at most one per kernel
     assert warmup.jobs_for(sm90, requested=7) == 7    # the caller's number stands
     node["bytes"] = GiB                               # less than one compile's worth: still one

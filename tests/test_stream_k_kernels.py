@@ -52,11 +52,11 @@ def test_a_register_split_is_its_own_kernel_and_its_name_finds_it():
     for load in (56, 72):
         split = dataclasses.replace(base, load_registers=load)
         assert 128 * load + 256 * split.consumer_registers <= 384 * 168 and split.consumer_registers % 8 == 0
-    assert roomy.name == base.name[:-len("_noc")] + "_ld72_noc"
+    assert roomy.name == base.name[:-len("_lean_noc")] + "_ld72_lean_noc"   # our mainloop, both
     assert roomy.key != base.key
     listed = next(c for c in catalog.load("sm90").enumerate() if c.tile_scheduler == "streamk")
     listed_roomy = dataclasses.replace(listed, load_registers=72, reads_c=False)
-    assert listed_roomy.name.endswith("_streamk_ld72_noc")
+    assert listed_roomy.name.endswith("_streamk_ld72_lean_noc")
     assert catalog.find(listed_roomy.name) == listed_roomy and catalog.find(listed.name) == listed
     # descriptions stored before the field existed keep their keys
     stored = base.to_json()
