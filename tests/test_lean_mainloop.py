@@ -54,6 +54,13 @@ def test_sm80_refuses_the_wish():
         dataclasses.replace(sm80, lean_mainloop=True)
 
 
+@pytest.mark.parametrize("tile", [(128, 40, 64), (256, 160, 64), (128, 48, 128)], ids=str)
+def test_tiles_not_of_whole_swizzle_atoms_keep_cutlass_mainloop(tile):
+    # the boxes are derived for tiles of whole atoms (the catalog's); a sweep's odd tile is not
+    odd = _pick(threadblock=tile)
+    assert odd.lean_mainloop and not odd.takes_lean_mainloop and "_lean" not in odd.name
+
+
 def test_every_catalog_tile_takes_it_for_16_bit_inputs():
     family = catalog.load("sm90")
     assert set(family.lean_mainloop) == set(family.tiles)
