@@ -18,6 +18,7 @@ lean mainloop (SparseGemmConfig.takes_lean_mainloop).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import subprocess
 import sys
@@ -66,16 +67,16 @@ using M_ = BuiltMainloop;
 
 int main() {
   int M = 1024, N = 1024, K = 1024;
-  auto problem = make_shape(M, N, K, 1);
+  auto problem = make_shape(M, N, K, 2);   // a batch of two: the second one's coordinates
   using SparseConfig = typename M_::SparseConfig;
   typename M_::Arguments args{(ElementA const*)0x100000, SparseConfig::fill_layoutA(problem),
-      (ElementB const*)0x200000, cutlass::make_cute_packed_stride(typename M_::StrideB{}, make_shape(N, K, 1)),
+      (ElementB const*)0x200000, cutlass::make_cute_packed_stride(typename M_::StrideB{}, make_shape(N, K, 2)),
       (typename M_::ElementE const*)0x300000, SparseConfig::fill_layoutE(problem)};
   auto params = M_::to_underlying_arguments(problem, args, nullptr);
   alignas(1024) static typename M_::TensorStorage smem;
   M_ mainloop;
   auto [gA_mkl, gB_nkl, gE_mkl] = mainloop.load_init(problem, params);
-  int const m_coord = 3, n_coord = 2, l_coord = 0;
+  int const m_coord = 3, n_coord = 2, l_coord = 1;
   uint64_t barrier;
   for (int rank = 0; rank < @CM@ * @CN@; ++rank) {
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.begin()), typename M_::SmemLayoutA{});
@@ -236,7 +237,16 @@ def main() -> int:
     args = p.parse_args()
     family = catalog.load("sm90")
     seen, configs = set(), []
-    for config in family.enumerate():
+    if args.tile and args.cluster:   # any tile, in the catalog or not
+        tile = tuple(int(v) for v in args.tile.split("x"))
+        cluster = (*(int(v) for v in args.cluster.split("x")), 1)
+        candidates = [dataclasses.replace(config, threadblock=tile, cluster=cluster, schedule=schedule,
+                                          layout_b=layout, lean_mainloop=True)
+                      for config in family.enumerate()[:1] for layout in ("row", "col")
+                      for schedule in ("cooperative" if tile[0] >= 128 else "pingpong",)]
+    else:
+        candidates = family.enumerate()
+    for config in candidates:
         if config.element != "f16" or config.element_out != "f16":
             continue
         if args.tile and "x".join(map(str, config.threadblock)) != args.tile:

@@ -54,10 +54,15 @@ def test_sm80_refuses_the_wish():
         dataclasses.replace(sm80, lean_mainloop=True)
 
 
-@pytest.mark.parametrize("tile", [(128, 40, 64), (256, 160, 64), (128, 48, 128)], ids=str)
-def test_tiles_not_of_whole_swizzle_atoms_keep_cutlass_mainloop(tile):
-    # the boxes are derived for tiles of whole atoms (the catalog's); a sweep's odd tile is not
-    odd = _pick(threadblock=tile)
+@pytest.mark.parametrize("tile,cluster", [
+    ((128, 40, 64), (2, 1, 1)), ((256, 160, 64), (2, 1, 1)), ((128, 48, 128), (2, 1, 1)),   # not whole atoms
+    # tile K 256 (two metadata atoms a k-tile) multicast along N: CuTe cuts the metadata box
+    # along K, where boxes cuts rows (the oracle's script finds this tile's loads differ)
+    ((64, 64, 256), (1, 2, 1)),
+    ((64, 64, 128), (1, 8, 1)),   # a multicast share of 8 rows: boxes of fewer than 16 rows
+], ids=str)
+def test_tiles_whose_boxes_are_not_derived_keep_cutlass_mainloop(tile, cluster):
+    odd = _pick(threadblock=tile, cluster=cluster)
     assert odd.lean_mainloop and not odd.takes_lean_mainloop and "_lean" not in odd.name
 
 
@@ -104,11 +109,16 @@ def _oracle():
 
 @pytest.mark.slow_compile
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the oracle compiles CUTLASS's mainloop on the host with g++")
-def test_the_default_tile_issues_cutlass_instructions():
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (4096, 16, 4096)], ids=["default", "decode"])
+def test_the_picked_tiles_issue_cutlass_instructions(shape):
     # CUTLASS's producer and ours issue the same TMA loads (descriptor, coordinates, shared
-    # memory, multicast mask) for every CTA of the cluster, k-tile and stage; every consumer
-    # thread reads the same metadata bytes (scripts/lean_mainloop_oracle.py)
-    ok, detail = _oracle().check(_pick())
+    # memory, multicast mask) for every CTA of the cluster, k-tile and stage, in the second
+    # matrix of a batch; every consumer thread reads the same metadata bytes
+    # (scripts/lean_mainloop_oracle.py). The decode tile (K 256, 4x1) is the one whose
+    # metadata the first version read wrong.
+    config = _pick(*shape)
+    assert config.takes_lean_mainloop
+    ok, detail = _oracle().check(config)
     assert ok, detail
 
 

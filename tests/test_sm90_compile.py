@@ -63,7 +63,7 @@ def test_gemm_compiles_for_sm90a(shared_cache_path, scheduler):
     fam = catalog.load("sm90")
     config = fam.config(_tile(scheduler), "f16", "f16", "row", 8, 8)
     # the catalog's stream-K tiles split the registers their own way (load_registers)
-    assert ("_streamk" in config.name) == config.name.endswith("_ld72") == (scheduler == "streamk")
+    assert ("_streamk" in config.name) == config.name.endswith("_ld72_lean") == (scheduler == "streamk")
     compiled = kernels.get(config, "sm_90a", KernelCache(shared_cache_path))
     # Params by value, then the setup's buffer (or null)
     assert cubin.kernel_param_sizes(compiled.cubin, config.name) == (compiled.constants["params_bytes"], 8)

@@ -204,8 +204,7 @@ _said_once = threading.Event()
 def compile_estimate(config) -> str:
     """About how long (and how much memory) compiling this kernel takes, for messages."""
     if getattr(config, "is_3x", False):
-        lighter = (not config.builds_cutlass_tma_epilogue) + config.takes_lean_mainloop
-        return (ABOUT["sm90"], ABOUT_WITHOUT_TMA_EPILOGUE, ABOUT_LEAN)[lighter]
+        return (ABOUT["sm90"], ABOUT_WITHOUT_TMA_EPILOGUE, ABOUT_LEAN)[config.cutlass_pieces_left_out]
     return ABOUT.get(getattr(config, "family", ""), "a few seconds")
 
 

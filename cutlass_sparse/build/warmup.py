@@ -34,8 +34,7 @@ def compile_bytes(config) -> int:
     if isinstance(config, SparseGemmConfig):
         if not config.is_3x:
             return SMALL_BYTES
-        lighter = (not config.builds_cutlass_tma_epilogue) + config.takes_lean_mainloop
-        return (SM90_GEMM_BYTES, SM90_WITHOUT_TMA_EPILOGUE_BYTES, SM90_LEAN_BYTES)[lighter]
+        return (SM90_GEMM_BYTES, SM90_WITHOUT_TMA_EPILOGUE_BYTES, SM90_LEAN_BYTES)[config.cutlass_pieces_left_out]
     return COMPRESSOR_BYTES if isinstance(config, CompressorConfig) else SMALL_BYTES
 
 

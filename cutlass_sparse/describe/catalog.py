@@ -237,9 +237,9 @@ _SUFFIXES = re.compile(r"(?:_epi(\d+)x(\d+))?(_inflight)?(?:_ld(\d+))?(_lean)?(_
 @functools.lru_cache(maxsize=1024)   # a walk over every catalog (tens of ms); configurations are frozen
 def find(name: str, family: str | None = None) -> SparseGemmConfig:
     """The configuration with this procedural name, among every one the catalogs can build
-    (an sm90 name may end in the suffixes of an epilogue subtile, of wgmma in flight and of
-    a kernel without C, as calls report them: `..._epi128x16_inflight_noc`; and a register
-    split's `_ld72`)."""
+    (an sm90 name may end in the suffixes of an epilogue subtile, of wgmma in flight, of our
+    own mainloop and of a kernel without C, as calls report them:
+    `..._epi128x16_inflight_lean_noc`; and a register split's `_ld72`)."""
     names = CATALOGS[family] if family else tuple(n for f in CATALOGS.values() for n in f)
     suffixes = _SUFFIXES.search(name)   # the name says both what it adds
     base = name[:suffixes.start()]

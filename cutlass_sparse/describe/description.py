@@ -222,18 +222,27 @@ class SparseGemmConfig(CutlassDescriptions):
     @property
     def takes_lean_mainloop(self) -> bool:
         """Whether the kernel's mainloop is LeanMainloop: asked, sm90, 16-bit A and B (its
-        metadata map is wgmma.sp k32's), and a tile of whole swizzle atoms (a power of two up
-        to 64 elements along a contiguous dimension, or multiples of 64) that a multicast cuts
-        into whole boxes of at most 256 rows: what emit.sm90_lean_mainloop.boxes derives, as
-        CuTe does (scripts/lean_mainloop_oracle.py checks every catalog tile against CUTLASS's
-        own producer and consumer)."""
+        metadata map is wgmma.sp k32's, its accumulators float), and a tile of whole swizzle
+        atoms (a power of two up to 64 elements along a contiguous dimension, or multiples of
+        64) that a multicast cuts into whole boxes of 16 to 256 rows: what
+        emit.sm90_lean_mainloop.boxes derives, as CuTe does (scripts/lean_mainloop_oracle.py
+        checks every catalog tile against CUTLASS's own producer and consumer). Not a tile of
+        K 256 in a cluster along N: CuTe cuts its metadata box along K (two layout atoms a
+        k-tile) where boxes cuts rows."""
         (rows, columns, k), (cluster_m, cluster_n, _) = self.threadblock, self.cluster
         cut_b, whole_b = (k, columns) if self.layout_b == "row" else (columns, k)   # B's multicast cuts K or N
         return (self.lean_mainloop and self.family == "sm90" and self.element in LEAN_INPUTS
-                and self.b_element == self.element
-                and rows % cluster_n == 0 and rows // cluster_n <= 256
+                and self.b_element == self.element and self.accumulator == "f32"
+                and rows % cluster_n == 0 and 16 <= rows // cluster_n <= 256 and (k <= 128 or cluster_n == 1)
                 and cut_b % cluster_m == 0 and cut_b // cluster_m <= 256
                 and all(extent % 64 == 0 or extent in (8, 16, 32) for extent in (k // 2, whole_b)))
+
+    @property
+    def cutlass_pieces_left_out(self) -> int:
+        """How many of the sm90 GEMM's two heaviest CUTLASS pieces to compile this kernel does
+        without (0-2): its TMA epilogue, its mainloop's producer and consumers. Compile time
+        and memory budgets go by it (build.kernels.compile_estimate, build.warmup)."""
+        return (not self.builds_cutlass_tma_epilogue) + self.takes_lean_mainloop
 
     @property
     def builds_cutlass_tma_epilogue(self) -> bool:

@@ -3,7 +3,7 @@
 CUTLASS's sparse mainloop partitions its tiles with CuTe's generic layout algebra (TMA
 partitions, the metadata's thread-value layouts): instantiating that for the sparse layouts
 is about a third of an sm90 GEMM's compile time and a quarter of its memory (the default
-kernel: 40.0 s and 3.39 GB with it, 25.5 s and 2.45 GB without; docs/compile_time.md,
+kernel: 36.4 s and 3.39 GiB with it, 23.7 s and 2.45 GiB without; docs/compile_time.md,
 session 39).
 LeanMainloop keeps everything else of CUTLASS's collective (types, Params and its TMA
 descriptors, shared storage, pipeline, tails) and replaces `load` and `mma`:
@@ -25,7 +25,7 @@ read the same metadata bytes.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .template import substitute
 
@@ -35,6 +35,20 @@ if TYPE_CHECKING:
 # A swizzle atom's row: 128 bytes (SW128), the widest run one TMA box takes along the
 # contiguous dimension; narrower operands take the narrower atom that fits them.
 SWIZZLE_BYTES = 128
+# Bytes of an element of A and B (LeanMainloop reads 16-bit operands: its metadata map is
+# wgmma.sp k32's).
+ELEMENT_BYTES = 2
+
+
+class Boxes(NamedTuple):
+    """Where one operand's TMA boxes start in its tile (the C++ Boxes' arguments, in order):
+    count boxes a k-tile, box j at (j * step_row, j * step_k), shifted by (rank * rank_row,
+    rank * rank_k) for the CTA's place along the cluster mode of its multicast."""
+    count: int
+    step_row: int
+    step_k: int
+    rank_row: int
+    rank_k: int
 
 LEAN_MAINLOOP = r"""
 namespace cutlass_sparse {
@@ -302,9 +316,9 @@ using CollectiveMainloop = cutlass_sparse::LeanMainloop<${built},
     cutlass_sparse::Boxes<${boxes_a}>, cutlass_sparse::Boxes<${boxes_e}>, cutlass_sparse::Boxes<${boxes_b}>>;"""
 
 
-def boxes(config: "SparseGemmConfig") -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(count, step row, step K, rank row, rank K) of the TMA boxes of A, E and B a k-tile
-    takes, in each tile's logical (rows, K) coordinates (rows: M for A and E, N for B).
+def boxes(config: "SparseGemmConfig") -> tuple[Boxes, Boxes, Boxes]:
+    """The TMA boxes of A, E and B a k-tile takes, in each tile's logical (rows, K)
+    coordinates (rows: M for A and E, N for B).
 
     CuTe's make_tma_copy makes a box of the shared-memory layout's widest run that global
     memory holds contiguously: one swizzle atom along the contiguous dimension (at most 128
@@ -315,18 +329,17 @@ def boxes(config: "SparseGemmConfig") -> tuple[tuple[int, ...], tuple[int, ...],
     """
     rows_a, columns_b, k = config.threadblock
     cluster_m, cluster_n = config.cluster[0], config.cluster[1]
-    item = 2   # 16-bit operands (LeanMainloop's metadata map is wgmma.sp k32's)
+    atom = SWIZZLE_BYTES // ELEMENT_BYTES
     # A is K-major, compressed: a row of a k-tile holds k / 2 elements.
-    a_run = min(k // 2, SWIZZLE_BYTES // item)
-    a_boxes = (k // 2) // a_run
-    box_a = (a_boxes, 0, 2 * a_run, rows_a // cluster_n, 0)
-    box_e = (1, 0, 0, rows_a // cluster_n, 0)
+    a_run = min(k // 2, atom)
+    box_a = Boxes((k // 2) // a_run, 0, 2 * a_run, rows_a // cluster_n, 0)
+    box_e = Boxes(1, 0, 0, rows_a // cluster_n, 0)
     if config.layout_b == "row":   # x row-major: B N-major
-        run = min(columns_b, SWIZZLE_BYTES // item)
-        box_b = (columns_b // run, run, 0, 0, k // cluster_m)
+        run = min(columns_b, atom)
+        box_b = Boxes(columns_b // run, run, 0, 0, k // cluster_m)
     else:
-        run = min(k, SWIZZLE_BYTES // item)
-        box_b = (k // run, 0, run, columns_b // cluster_m, 0)
+        run = min(k, atom)
+        box_b = Boxes(k // run, 0, run, columns_b // cluster_m, 0)
     return box_a, box_e, box_b
 
 
